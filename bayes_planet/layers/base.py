@@ -1,0 +1,118 @@
+"""Shared machinery of Bayesian layers: distribution weights and seeded noise.
+
+`BayesianLayer` is a mixin placed before a Keras layer class. It changes one thing
+in the Keras layer: when ``add_weight`` receives a `DistributionInitializer`, the
+"weight" becomes that initializer (a distribution over the weight) and the
+regularizer becomes a callable loss on it, so the KL term is recomputed each time
+``layer.losses`` is read (safe across any number of ``GradientTape``s, and added by
+``model.fit``).
+
+Noise is stateless and seeded: each call draws from ``[seed, counter]`` and bumps
+a per-layer int64 counter variable, so runs are reproducible with ``seed=``, the
+noise state is checkpointed with the model, and everything compiles under XLA.
+"""
+
+import functools
+import numbers
+import random
+import warnings
+
+import tensorflow as tf
+
+from bayes_planet._keras import keras
+from bayes_planet.layers.initializers import DistributionInitializer
+
+__all__ = ["BayesianLayer", "check_positive_int", "moments", "split_seed"]
+
+
+def check_positive_int(name, value):
+    """Returns ``int(value)``; raises ValueError unless it is a positive integer."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"Expected a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def moments(weight, dtype):
+    """(loc, scale) of a layer weight cast to ``dtype``; scale is None if deterministic."""
+    if isinstance(weight, DistributionInitializer):
+        loc, scale = weight.loc(), weight.scale()
+        return tf.cast(loc, dtype), None if scale is None else tf.cast(scale, dtype)
+    return tf.cast(weight, dtype), None
+
+
+class BayesianLayer:
+    """Mixin giving a Keras layer distribution-valued weights and seeded noise.
+
+    Subclasses call ``self._init_seed(seed)`` in ``__init__`` and ``self._next_seed()``
+    once per ``call`` to get a fresh stateless ``[2]`` seed.
+    """
+
+    def _init_seed(self, seed):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"Expected a non-negative integer or None. Received: seed={seed!r}")
+        self.seed = seed
+        self._base_seed = seed if seed is not None else random.SystemRandom().randint(0, 2**31 - 1)
+        self._seed_counter = None
+
+    def add_weight(self, name=None, shape=None, dtype=None, initializer=None,
+                   regularizer=None, trainable=None, **kwargs):
+        if not isinstance(initializer, DistributionInitializer):
+            return super().add_weight(name=name, shape=shape, dtype=dtype,
+                                      initializer=initializer, regularizer=regularizer,
+                                      trainable=trainable, **kwargs)
+        if initializer.built:
+            raise ValueError(
+                f"The distribution initializer for `{name}` is already built (shared between "
+                "weights?). Pass a fresh instance or a string alias to each layer."
+            )
+        var_dtype = tf.as_dtype(dtype or self.dtype)
+        with tf.name_scope(name):
+            initializer.build(shape, var_dtype if var_dtype.is_floating else tf.float32)
+        if trainable is False:
+            initializer.trainable = False
+        if regularizer is not None:
+            self.add_loss(functools.partial(_weight_loss, name, regularizer, initializer))
+        return initializer
+
+    def _ensure_seed_counter(self):
+        if self._seed_counter is None:
+            with tf.init_scope():
+                self._seed_counter = super().add_weight(
+                    name="seed_counter", shape=(), dtype=tf.int64, initializer="zeros",
+                    trainable=False,
+                    synchronization=tf.VariableSynchronization.ON_READ,
+                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+                )
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        self._ensure_seed_counter()
+
+    def _next_seed(self):
+        """A fresh stateless seed ``[base_seed, counter]``; bumps the counter."""
+        self._ensure_seed_counter()
+        count = self._seed_counter.assign_add(1, read_value=True)
+        count = tf.cast(count % (2**31 - 1), tf.int32)  # int32 seeds, as tfp expects.
+        return tf.stack([tf.constant(self._base_seed, tf.int32), count])
+
+    def get_config(self):
+        with warnings.catch_warnings():
+            # Keras warns when serializing initializers that are not `Initializer`s;
+            # ours are serializable layers, re-serialized below.
+            warnings.simplefilter("ignore", UserWarning)
+            config = super().get_config()
+        for key, value in vars(self).items():
+            if isinstance(value, DistributionInitializer) and key in config:
+                config[key] = keras.saving.serialize_keras_object(value)
+        config["seed"] = self.seed
+        return config
+
+
+def _weight_loss(name, regularizer, initializer):
+    with tf.name_scope(f"{name}_regularizer"):
+        return regularizer(initializer)
+
+
+def split_seed(seed, num):
+    """``num`` independent stateless seeds from one."""
+    return tf.unstack(tf.random.experimental.stateless_split(seed, num))

@@ -1,0 +1,79 @@
+"""Parameter transforms: map an unconstrained variable to a valid parameter.
+
+Unlike Keras constraints (projections applied after an optimizer step), these are
+applied every time the parameter is read, e.g. ``stddev = softplus(raw)``, so the
+optimizer works in unconstrained space (Blundell et al., 2015).
+"""
+
+import tensorflow as tf
+
+from bayes_planet._keras import keras
+
+__all__ = ["Exp", "Positive", "Softplus", "get", "serialize"]
+
+
+class ParameterTransform(keras.constraints.Constraint):
+    """Base class: ``__call__(raw)`` returns the constrained parameter."""
+
+    def get_config(self):
+        return {}
+
+
+@keras.saving.register_keras_serializable(package="bayes_planet")
+class Softplus(ParameterTransform):
+    """``softplus(x) + minimum``: smooth, positive (the default for scales)."""
+
+    def __init__(self, minimum=0.0):
+        self.minimum = float(minimum)
+
+    def __call__(self, w):
+        out = tf.nn.softplus(w)
+        return out + self.minimum if self.minimum else out
+
+    def get_config(self):
+        return {"minimum": self.minimum}
+
+
+@keras.saving.register_keras_serializable(package="bayes_planet")
+class Exp(ParameterTransform):
+    """``exp(x)``: positive, log-space parameterization."""
+
+    def __call__(self, w):
+        return tf.exp(w)
+
+
+@keras.saving.register_keras_serializable(package="bayes_planet")
+class Positive(ParameterTransform):
+    """``max(x, epsilon)``: clips to a positive lower bound."""
+
+    def __init__(self, epsilon=1e-7):
+        self.epsilon = float(epsilon)
+
+    def __call__(self, w):
+        return tf.maximum(w, tf.cast(self.epsilon, w.dtype))
+
+    def get_config(self):
+        return {"epsilon": self.epsilon}
+
+
+_ALIASES = {"softplus": Softplus, "exp": Exp, "positive": Positive}
+
+
+def get(identifier):
+    """Resolves a transform from an alias, a config dict, a callable or None."""
+    if identifier is None or callable(identifier):
+        return identifier
+    if isinstance(identifier, str):
+        if identifier in _ALIASES:
+            return _ALIASES[identifier]()
+        return keras.constraints.get(identifier)
+    if isinstance(identifier, dict):
+        return keras.saving.deserialize_keras_object(identifier)
+    raise TypeError(
+        f"Could not interpret constraint. Expected one of {sorted(_ALIASES)}, a callable, "
+        f"a config dict or None. Received: constraint={identifier!r}"
+    )
+
+
+def serialize(constraint):
+    return None if constraint is None else keras.saving.serialize_keras_object(constraint)

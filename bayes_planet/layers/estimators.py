@@ -1,0 +1,72 @@
+"""Gradient estimators shared by every Bayesian layer family.
+
+Each estimator computes a noisy linear map ``op(x, W)`` (a matmul, a convolution,
+an einsum) for ``W ~ N(loc, scale²)`` factorized, given ``op``, the input, the
+layer's weight (a `DistributionInitializer` or a plain tensor) and a stateless
+seed. A deterministic weight (``scale is None``) reduces every estimator to
+``op(x, loc)`` exactly.
+"""
+
+import tensorflow as tf
+
+from bayes_planet.layers.base import moments, split_seed
+
+__all__ = ["flipout", "local_reparameterization", "rademacher", "reparameterization"]
+
+
+def rademacher(shape, seed, dtype):
+    """Random signs in {-1, +1} of the given shape."""
+    bits = tf.random.stateless_uniform(shape, seed, minval=0, maxval=2, dtype=tf.int32)
+    return tf.cast(2 * bits - 1, dtype)
+
+
+def reparameterization(op, x, weight, seed, channel_axis=-1):
+    """``op(x, loc + scale * eps)``: one weight sample shared by the batch."""
+    del channel_axis
+    loc, scale = moments(weight, x.dtype)
+    if scale is None:
+        return op(x, loc)
+    eps = tf.random.stateless_normal(tf.shape(loc), seed, dtype=loc.dtype)
+    return op(x, loc + scale * eps)
+
+
+def _sign_shape(t, channel_axis):
+    """[batch, 1, ..., channels, ..., 1]: one sign per example and channel."""
+    rank = t.shape.rank
+    axis = channel_axis % rank
+    dims = [tf.shape(t)[0]] + [1] * (rank - 1)
+    dims[axis] = tf.shape(t)[axis]
+    return tf.stack(dims)
+
+
+def flipout(op, x, weight, seed, channel_axis=-1):
+    """Flipout (Wen et al., 2018): ``op(x, M) + op(x ∘ s, σ ∘ E) ∘ r``.
+
+    ``E`` is one shared perturbation; ``s`` and ``r`` are per-example random signs
+    over input and output channels (broadcast over spatial/time axes).
+    """
+    loc, scale = moments(weight, x.dtype)
+    mean = op(x, loc)
+    if scale is None:
+        return mean
+    eps_seed, in_seed, out_seed = split_seed(seed, 3)
+    delta = scale * tf.random.stateless_normal(tf.shape(loc), eps_seed, dtype=x.dtype)
+    sign_in = rademacher(_sign_shape(x, channel_axis), in_seed, x.dtype)
+    sign_out = rademacher(_sign_shape(mean, channel_axis), out_seed, x.dtype)
+    return mean + op(x * sign_in, delta) * sign_out
+
+
+def local_reparameterization(op, x, weight, seed, channel_axis=-1):
+    """Local reparameterization (Kingma et al., 2015): sample the outputs.
+
+    For a linear ``op`` and factorized normal weights, ``op(x, W)`` is normal with
+    mean ``op(x, M)`` and variance ``op(x², σ²)``: ``out = mean + sqrt(var) ∘ ε``.
+    """
+    del channel_axis
+    loc, scale = moments(weight, x.dtype)
+    mean = op(x, loc)
+    if scale is None:
+        return mean
+    var = op(tf.square(x), tf.square(scale))
+    eps = tf.random.stateless_normal(tf.shape(mean), seed, dtype=x.dtype)
+    return mean + tf.sqrt(var + 1e-16) * eps

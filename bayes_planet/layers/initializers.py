@@ -1,0 +1,253 @@
+"""Distribution initializers: the variational posterior (or a fixed prior) over a weight.
+
+Bayesian Layers (Tran et al., 2019, Sec. 2.1) make uncertainty over weights a
+*distribution initializer*: where a Keras layer asks its initializer for a tensor,
+a Bayesian layer asks for a distribution. A `DistributionInitializer` is a Keras
+layer: ``build(shape, dtype)`` creates the variational parameters (always float32
+or the layer's variable dtype, never autocast), ``loc()``/``scale()`` return the
+moments, ``sample(seed)`` draws a reparameterized weight, and ``distribution()``
+returns the `tfp` distribution. Calling it as ``init(shape, dtype)`` builds it on
+first use and returns a `RandomVariable` over the weight.
+
+String aliases (resolved by `get`): ``trainable_normal`` (default posterior),
+``trainable_he_normal``, ``trainable_glorot_normal``, ``trainable_deterministic``
+(point mass; deterministic/MAP training), ``fixed_normal`` (a fixed N(0, 1) prior
+draw). Any other string falls back to `keras.initializers.get`.
+"""
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from bayes_planet._keras import keras
+from bayes_planet.layers import constraints as constraints_lib
+from bayes_planet.layers.random_variable import RandomVariable
+
+tfd = tfp.distributions
+
+__all__ = [
+    "DistributionInitializer",
+    "FixedNormal",
+    "TrainableDeterministic",
+    "TrainableGlorotNormal",
+    "TrainableHeNormal",
+    "TrainableNormal",
+    "get",
+    "serialize",
+]
+
+_register = keras.saving.register_keras_serializable(package="bayes_planet")
+
+
+class DistributionInitializer(keras.layers.Layer):
+    """Base class: a Keras layer holding a distribution over one weight tensor.
+
+    Subclasses implement ``build(shape, dtype)`` and ``loc()``; stochastic ones also
+    ``scale()`` (return None for a point mass). ``sample(seed)`` is the
+    reparameterized draw ``loc + scale * eps`` with ``eps ~ N(0, I)``.
+    """
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("autocast", False)
+        super().__init__(**kwargs)
+        self.weight_shape = None
+
+    def __call__(self, shape, dtype=None, **kwargs):  # pylint: disable=arguments-differ
+        del kwargs  # `partition_info` etc. from the Keras initializer protocol.
+        if not self.built:
+            self.build(shape, dtype)
+        return RandomVariable(self.distribution())
+
+    def build(self, shape, dtype=None):
+        self.weight_shape = tf.TensorShape(shape)
+        self.built = True
+
+    def loc(self):
+        raise NotImplementedError
+
+    def scale(self):
+        return None
+
+    def sample(self, seed):
+        """Reparameterized sample of the weight with a stateless ``[2]`` seed."""
+        loc, scale = self.loc(), self.scale()
+        if scale is None:
+            return loc
+        eps = tf.random.stateless_normal(tf.shape(loc), seed=seed, dtype=loc.dtype)
+        return loc + scale * eps
+
+    def distribution(self):
+        """The `tfp` distribution over the whole weight tensor (event = weight shape)."""
+        loc, scale = self.loc(), self.scale()
+        ndims = self.weight_shape.rank
+        if scale is None:
+            return tfd.Independent(tfd.Deterministic(loc), reinterpreted_batch_ndims=ndims)
+        return tfd.Independent(tfd.Normal(loc, scale), reinterpreted_batch_ndims=ndims)
+
+    def _weight(self, name, initializer, constraint=None, trainable=True, dtype=None):
+        return self.add_weight(
+            name=name,
+            shape=self.weight_shape,
+            dtype=dtype or tf.float32,
+            initializer=initializer,
+            constraint=constraint,
+            trainable=trainable,
+            experimental_autocast=False,
+        )
+
+
+@_register
+class TrainableNormal(DistributionInitializer):
+    """Fully factorized normal posterior N(mean, softplus(raw_stddev)^2).
+
+    The default posterior of every Bayesian layer (Blundell et al., 2015). Means
+    start like the Keras layer's default kernel (``glorot_uniform``), so swapping
+    ``Dense`` for ``DenseReparameterization`` starts from the same function up to
+    small noise; standard deviations start at ``softplus(-5) ≈ 0.0067``.
+
+    Args:
+      mean_initializer: Keras initializer for the means.
+      stddev_initializer: Keras initializer for the *unconstrained* stddev.
+      stddev_constraint: transform from unconstrained to positive (``softplus``).
+      mean_constraint: optional Keras constraint (projection) on the means.
+      seed: optional int seeding the initial values.
+    """
+
+    def __init__(
+        self,
+        mean_initializer="glorot_uniform",
+        stddev_initializer=None,
+        mean_constraint=None,
+        stddev_constraint="softplus",
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.seed = seed
+        self.mean_initializer = keras.initializers.get(mean_initializer)
+        if seed is not None and hasattr(self.mean_initializer, "seed"):
+            self.mean_initializer.seed = seed
+        if stddev_initializer is None:
+            stddev_initializer = keras.initializers.TruncatedNormal(
+                mean=-5.0, stddev=0.1, seed=seed
+            )
+        self.stddev_initializer = keras.initializers.get(stddev_initializer)
+        self.mean_constraint = keras.constraints.get(mean_constraint)
+        self.stddev_constraint = constraints_lib.get(stddev_constraint)
+
+    def build(self, shape, dtype=None):
+        super().build(shape, dtype)
+        self.mean = self._weight("mean", self.mean_initializer, self.mean_constraint)
+        self.raw_stddev = self._weight("stddev", self.stddev_initializer)
+
+    def loc(self):
+        return tf.convert_to_tensor(self.mean)
+
+    def scale(self):
+        return self.stddev_constraint(tf.convert_to_tensor(self.raw_stddev))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            mean_initializer=keras.initializers.serialize(self.mean_initializer),
+            stddev_initializer=keras.initializers.serialize(self.stddev_initializer),
+            mean_constraint=keras.constraints.serialize(self.mean_constraint),
+            stddev_constraint=constraints_lib.serialize(self.stddev_constraint),
+            seed=self.seed,
+        )
+        return config
+
+
+@_register
+class TrainableHeNormal(TrainableNormal):
+    """`TrainableNormal` with He-normal means (for ReLU networks)."""
+
+    def __init__(self, mean_initializer="he_normal", **kwargs):
+        super().__init__(mean_initializer=mean_initializer, **kwargs)
+
+
+@_register
+class TrainableGlorotNormal(TrainableNormal):
+    """`TrainableNormal` with Glorot-normal means."""
+
+    def __init__(self, mean_initializer="glorot_normal", **kwargs):
+        super().__init__(mean_initializer=mean_initializer, **kwargs)
+
+
+@_register
+class TrainableDeterministic(DistributionInitializer):
+    """Point mass at a trainable location: the deterministic / MAP special case."""
+
+    def __init__(self, loc_initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.loc_initializer = keras.initializers.get(loc_initializer)
+
+    def build(self, shape, dtype=None):
+        super().build(shape, dtype)
+        self.point = self._weight("loc", self.loc_initializer)
+
+    def loc(self):
+        return tf.convert_to_tensor(self.point)
+
+    def get_config(self):
+        config = super().get_config()
+        config["loc_initializer"] = keras.initializers.serialize(self.loc_initializer)
+        return config
+
+
+@_register
+class FixedNormal(DistributionInitializer):
+    """A fixed (non-trainable) N(mean, stddev^2) over the weight, e.g. a prior draw."""
+
+    def __init__(self, mean=0.0, stddev=1.0, **kwargs):
+        super().__init__(**kwargs)
+        if not stddev > 0:
+            raise ValueError(f"Expected a positive stddev. Received: stddev={stddev}")
+        self.mean_value, self.stddev_value = float(mean), float(stddev)
+
+    def loc(self):
+        return tf.fill(self.weight_shape, tf.constant(self.mean_value, tf.float32))
+
+    def scale(self):
+        return tf.fill(self.weight_shape, tf.constant(self.stddev_value, tf.float32))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mean=self.mean_value, stddev=self.stddev_value)
+        return config
+
+
+_ALIASES = {
+    "trainable_normal": TrainableNormal,
+    "trainable_he_normal": TrainableHeNormal,
+    "trainable_glorot_normal": TrainableGlorotNormal,
+    "trainable_deterministic": TrainableDeterministic,
+    "fixed_normal": FixedNormal,
+}
+
+
+def get(identifier):
+    """Resolves an initializer: one of our aliases, a config dict, a callable, or a
+    Keras initializer name. Each alias lookup returns a fresh instance."""
+    if identifier is None or isinstance(identifier, DistributionInitializer):
+        return identifier
+    if isinstance(identifier, str):
+        if identifier in _ALIASES:
+            return _ALIASES[identifier]()
+        try:
+            return keras.initializers.get(identifier)
+        except ValueError as e:
+            raise ValueError(
+                f"Unknown initializer. Expected one of {sorted(_ALIASES)} or a Keras "
+                f"initializer name. Received: initializer={identifier!r}"
+            ) from e
+    if isinstance(identifier, dict):
+        return keras.saving.deserialize_keras_object(identifier)
+    if callable(identifier):
+        return identifier
+    raise TypeError(
+        f"Could not interpret initializer. Received: initializer={identifier!r}"
+    )
+
+
+def serialize(initializer):
+    return keras.saving.serialize_keras_object(initializer)

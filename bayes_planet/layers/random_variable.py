@@ -1,0 +1,150 @@
+"""`RandomVariable`: a distribution paired with a (lazily drawn) sample.
+
+A random variable behaves like the Tensor of its value, so layers that return one
+compose with every TensorFlow op and Keras layer (Tran et al., 2018, "Simple,
+Distributed, and Accelerated Probabilistic Programming"; Bayesian Layers, Sec. 2).
+"""
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+tfd = tfp.distributions
+
+__all__ = ["RandomVariable"]
+
+
+class RandomVariable:
+    """A `tfp.distributions.Distribution` with a value, usable as a Tensor.
+
+    The value is drawn on first access (``distribution.sample(sample_shape, seed)``)
+    unless given, so code that only needs moments (e.g. deterministic moment
+    propagation) never pays for a sample.
+
+    Args:
+      distribution: a `tfp.distributions.Distribution`.
+      sample_shape: shape of the sample drawn for ``value``.
+      value: optional Tensor to use as the value instead of sampling.
+      seed: optional seed for the lazy sample (int or stateless ``[2]`` tensor).
+
+    Shapes: ``value.shape == sample_shape + batch_shape + event_shape``.
+    """
+
+    def __init__(self, distribution, sample_shape=(), value=None, seed=None):
+        if not isinstance(distribution, tfd.Distribution):
+            raise TypeError(
+                "Expected a tfp.distributions.Distribution. "
+                f"Received: distribution={distribution!r}"
+            )
+        self._distribution = distribution
+        self._sample_shape = tf.TensorShape(sample_shape)
+        self._seed = seed
+        self._value = None if value is None else tf.convert_to_tensor(
+            value, dtype=distribution.dtype
+        )
+
+    @property
+    def distribution(self):
+        """The underlying `tfp.distributions.Distribution`."""
+        return self._distribution
+
+    @property
+    def sample_shape(self):
+        """`tf.TensorShape` of the drawn sample."""
+        return self._sample_shape
+
+    @property
+    def value(self):
+        """The sampled value (drawn once, on first access)."""
+        if self._value is None:
+            self._value = self._distribution.sample(self._sample_shape, seed=self._seed)
+        return self._value
+
+    @property
+    def shape(self):
+        if self._value is not None:
+            return self._value.shape
+        return (
+            self._sample_shape
+            .concatenate(self._distribution.batch_shape)
+            .concatenate(self._distribution.event_shape)
+        )
+
+    @property
+    def dtype(self):
+        return self._distribution.dtype
+
+    def log_prob(self, x=None):
+        """Log density/mass of ``x`` (default: of the value)."""
+        return self._distribution.log_prob(self.value if x is None else x)
+
+    def prob(self, x=None):
+        return self._distribution.prob(self.value if x is None else x)
+
+    def mean(self):
+        return self._distribution.mean()
+
+    def stddev(self):
+        return self._distribution.stddev()
+
+    def variance(self):
+        return self._distribution.variance()
+
+    def mode(self):
+        return self._distribution.mode()
+
+    def entropy(self):
+        return self._distribution.entropy()
+
+    def sample(self, sample_shape=(), seed=None):
+        return self._distribution.sample(sample_shape, seed=seed)
+
+    def numpy(self):
+        return self.value.numpy()
+
+    def __array__(self, dtype=None):
+        return self.value.numpy() if dtype is None else self.value.numpy().astype(dtype)
+
+    def __getitem__(self, key):
+        return self.value[key]
+
+    def __iter__(self):
+        return iter(self.value)
+
+    def __len__(self):
+        return len(self.value)
+
+    def __bool__(self):
+        raise TypeError(
+            "The truth value of a RandomVariable is ambiguous; compare its value instead."
+        )
+
+    def __hash__(self):
+        return id(self)
+
+    def __repr__(self):
+        name = type(self._distribution).__name__
+        return f"<RandomVariable {name} shape={self.shape} dtype={self.dtype.name}>"
+
+
+def _operator(name):
+    tensor_op = getattr(tf.Tensor, name)
+
+    def op(self, *args):
+        args = [a.value if isinstance(a, RandomVariable) else a for a in args]
+        return tensor_op(self.value, *args)
+
+    op.__name__ = name
+    return op
+
+
+for _name in tf.Tensor.OVERLOADABLE_OPERATORS:
+    if _name not in ("__getitem__", "__eq__", "__ne__"):
+        setattr(RandomVariable, _name, _operator(_name))
+
+
+def _to_tensor(value, dtype=None, name=None, as_ref=False):
+    del as_ref
+    return tf.convert_to_tensor(value.value, dtype=dtype, name=name)
+
+
+tf.register_tensor_conversion_function(RandomVariable, _to_tensor)

@@ -1,0 +1,215 @@
+"""Regularizers on weight distributions: the KL term of the ELBO.
+
+In Bayesian Layers the KL divergence from the posterior to the prior is a
+*regularizer*: the layer adds it to ``layer.losses`` and ``model.fit`` adds those to
+the data loss. Scaling matters: the ELBO per training example is
+``E[log p(y|x,w)] - KL(q||p) / N``, so every regularizer takes ``dataset_size=N``
+(first class, no hand division) and a free ``scale_factor`` (e.g. KL annealing).
+`set_dataset_size(model, N)` sets it on every regularizer in a built model.
+
+Each regularizer accepts a `DistributionInitializer` (fast path: closed forms on its
+``loc()``/``scale()``), a `RandomVariable` or a `tfp` distribution.
+"""
+
+import math
+
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+from bayes_planet._keras import keras
+from bayes_planet.layers.initializers import DistributionInitializer
+from bayes_planet.layers.random_variable import RandomVariable
+
+tfd = tfp.distributions
+
+__all__ = [
+    "KLRegularizer",
+    "LogUniformKLDivergence",
+    "NormalEmpiricalBayesKLDivergence",
+    "NormalKLDivergence",
+    "get",
+    "serialize",
+    "set_dataset_size",
+]
+
+_register = keras.saving.register_keras_serializable(package="bayes_planet")
+
+
+def _moments(x):
+    """(loc, scale) of a factorized normal or point mass; scale None for a point mass."""
+    if isinstance(x, DistributionInitializer):
+        return x.loc(), x.scale()
+    dist = x.distribution if isinstance(x, RandomVariable) else x
+    while isinstance(dist, tfd.Independent):
+        dist = dist.distribution
+    if isinstance(dist, tfd.Normal):
+        return dist.loc, dist.scale
+    if isinstance(dist, tfd.Deterministic):
+        return dist.loc, None
+    if isinstance(x, tf.Tensor | tf.Variable):
+        return x, None
+    raise TypeError(
+        "Expected a normal or deterministic weight distribution. "
+        f"Received: {type(dist).__name__}"
+    )
+
+
+class KLRegularizer(keras.regularizers.Regularizer):
+    """Base: ``__call__`` returns ``scale_factor * divergence / dataset_size``."""
+
+    def __init__(self, scale_factor=1.0, dataset_size=None):
+        if dataset_size is not None and (int(dataset_size) != dataset_size or dataset_size < 1):
+            raise ValueError(
+                f"Expected a positive integer or None. Received: dataset_size={dataset_size}"
+            )
+        self.scale_factor = float(scale_factor)
+        self.dataset_size = None if dataset_size is None else int(dataset_size)
+
+    def __call__(self, x):
+        weight = self.scale_factor / (self.dataset_size or 1)
+        return tf.cast(weight, tf.float32) * self.divergence(x)
+
+    def divergence(self, x):
+        raise NotImplementedError
+
+    def get_config(self):
+        return {"scale_factor": self.scale_factor, "dataset_size": self.dataset_size}
+
+
+@_register
+class NormalKLDivergence(KLRegularizer):
+    """KL(q || N(mean, stddev^2)) summed over weights, in closed form for a normal q.
+
+    For a point-mass posterior the KL is undefined; the negative log prior density
+    is used instead (MAP, i.e. weight decay), so ``trainable_deterministic`` +
+    ``normal_kl_divergence`` is MAP training.
+    """
+
+    def __init__(self, mean=0.0, stddev=1.0, scale_factor=1.0, dataset_size=None):
+        super().__init__(scale_factor, dataset_size)
+        if not stddev > 0:
+            raise ValueError(f"Expected a positive prior stddev. Received: stddev={stddev}")
+        self.mean, self.stddev = float(mean), float(stddev)
+
+    def divergence(self, x):
+        loc, scale = _moments(x)
+        diff = loc - self.mean if self.mean else loc
+        inv_var = 1.0 / self.stddev**2
+        if scale is None:
+            return tf.reduce_sum(0.5 * inv_var * tf.square(diff)) + tf.cast(
+                tf.size(loc), loc.dtype
+            ) * (math.log(self.stddev) + 0.5 * math.log(2 * math.pi))
+        # sum log(sp/sq) + (sq^2 + d^2) / (2 sp^2) - 1/2, as few passes as possible.
+        quad = tf.reduce_sum(tf.square(scale) + tf.square(diff))
+        n = tf.cast(tf.size(loc), loc.dtype)
+        return 0.5 * inv_var * quad - tf.reduce_sum(tf.math.log(scale)) + n * (
+            math.log(self.stddev) - 0.5
+        )
+
+    def get_config(self):
+        return {"mean": self.mean, "stddev": self.stddev, **super().get_config()}
+
+
+@_register
+class NormalEmpiricalBayesKLDivergence(KLRegularizer):
+    """KL(q || N(mean, s^2)) with the prior variance s^2 fitted by empirical Bayes.
+
+    The prior variance is the closed-form maximizer of ``-KL`` over ``s^2``:
+    ``s^2 = mean(scale^2 + (loc - mean)^2)`` over the weight tensor (Wu et al.,
+    2018, Sec. 5), so the prior adapts to each layer. The plug-in value is a
+    stationary point, so no gradient flows through ``s`` at the optimum.
+    """
+
+    def __init__(self, mean=0.0, scale_factor=1.0, dataset_size=None):
+        super().__init__(scale_factor, dataset_size)
+        self.mean = float(mean)
+
+    def divergence(self, x):
+        loc, scale = _moments(x)
+        if scale is None:
+            raise TypeError("Empirical Bayes KL needs a stochastic (normal) posterior.")
+        second = tf.square(scale) + tf.square(loc - self.mean)
+        prior_var = tf.reduce_mean(second)
+        n = tf.cast(tf.size(loc), loc.dtype)
+        # sum log(s/sq) + second/(2 s^2) - 1/2, with sum(second) = n s^2.
+        return 0.5 * n * tf.math.log(prior_var) - tf.reduce_sum(tf.math.log(scale))
+
+    def get_config(self):
+        return {"mean": self.mean, **super().get_config()}
+
+
+# Molchanov et al. (2017), eq. 14: -KL(q || log-uniform) ≈ k1 σ(k2 + k3 log α) - ½ log1p(1/α) - k1.
+_K1, _K2, _K3 = 0.63576, 1.87320, 1.48695
+
+
+@_register
+class LogUniformKLDivergence(KLRegularizer):
+    """KL(N(θ, αθ²) || log-uniform) for sparse variational dropout (Molchanov et al. 2017).
+
+    Uses the paper's approximation (eq. 14; error < 0.01 per weight) with
+    ``log α = log σ² - log θ²`` clipped to ``[-8, 8]``.
+    """
+
+    def divergence(self, x):
+        loc, scale = _moments(x)
+        if scale is None:
+            raise TypeError("Log-uniform KL needs a stochastic (normal) posterior.")
+        log_alpha = log_alpha_from_moments(loc, scale)
+        neg_kl = _K1 * tf.sigmoid(_K2 + _K3 * log_alpha) - 0.5 * tf.math.log1p(
+            tf.exp(-log_alpha)
+        ) - _K1
+        return -tf.reduce_sum(neg_kl)
+
+
+def log_alpha_from_moments(loc, scale, clip=8.0):
+    """``log α = log σ² - log θ²`` clipped to ``[-clip, clip]`` (variational dropout)."""
+    log_alpha = 2.0 * tf.math.log(scale) - tf.math.log(tf.square(loc) + 1e-16)
+    return tf.clip_by_value(log_alpha, -clip, clip)
+
+
+_ALIASES = {
+    "normal_kl_divergence": NormalKLDivergence,
+    "normal_empirical_bayes_kl_divergence": NormalEmpiricalBayesKLDivergence,
+    "log_uniform_kl_divergence": LogUniformKLDivergence,
+}
+
+
+def get(identifier):
+    """Resolves a regularizer from an alias, a config dict, a callable or None."""
+    if identifier is None or callable(identifier):
+        return identifier
+    if isinstance(identifier, str):
+        if identifier in _ALIASES:
+            return _ALIASES[identifier]()
+        try:
+            return keras.regularizers.get(identifier)
+        except ValueError as e:
+            raise ValueError(
+                f"Unknown regularizer. Expected one of {sorted(_ALIASES)} or a Keras "
+                f"regularizer name. Received: regularizer={identifier!r}"
+            ) from e
+    if isinstance(identifier, dict):
+        return keras.saving.deserialize_keras_object(identifier)
+    raise TypeError(f"Could not interpret regularizer. Received: regularizer={identifier!r}")
+
+
+def serialize(regularizer):
+    return None if regularizer is None else keras.saving.serialize_keras_object(regularizer)
+
+
+def set_dataset_size(model, dataset_size):
+    """Sets ``dataset_size`` on every KL regularizer of ``model``'s layers.
+
+    Call it before the first training step (traced functions capture the value).
+    Returns the number of regularizers updated.
+    """
+    if int(dataset_size) != dataset_size or dataset_size < 1:
+        raise ValueError(f"Expected a positive integer. Received: dataset_size={dataset_size}")
+    layers = [model] + list(model.submodules) if hasattr(model, "submodules") else [model]
+    seen = set()
+    for layer in layers:
+        for value in list(vars(layer).values()):
+            if isinstance(value, KLRegularizer) and id(value) not in seen:
+                value.dataset_size = int(dataset_size)
+                seen.add(id(value))
+    return len(seen)
