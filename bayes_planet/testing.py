@@ -2,7 +2,7 @@
 
 `run_layer_test` checks, for one layer class and constructor arguments: the
 output shape, the number of trainable/non-trainable weights and loss terms, the
-``get_config``/``from_config`` round trip, ``.keras`` and SavedModel save/load
+``get_config``/``from_config`` round trip, ``.keras``, HDF5 and SavedModel save/load
 (the reloaded model reproduces the original's next output exactly, seeds
 included), gradients to every trainable variable across two separate
 ``GradientTape``s, ``tf.function`` with ``jit_compile=True``, and one
@@ -162,6 +162,7 @@ def _check_save(model, x):
     first = to_tensor(model(x))
     with tempfile.TemporaryDirectory() as tmp:
         for path, kwargs in ((os.path.join(tmp, "m.keras"), {}),
+                             (os.path.join(tmp, "m.h5"), {}),
                              (os.path.join(tmp, "saved_model"), {"save_format": "tf"})):
             model.save(path, **kwargs)
             loaded = keras.models.load_model(path)

@@ -6,6 +6,7 @@ prior is a *regularizer* collected in ``layer.losses`` (Tran et al., 2019).
 """
 
 from bayes_planet.layers import constraints, initializers, regularizers
+from bayes_planet.layers.constraints import Exp, Positive, Softplus
 from bayes_planet.layers.conv import (
     Conv1DFlipout,
     Conv1DReparameterization,
@@ -35,7 +36,6 @@ from bayes_planet.layers.regularizers import (
     NormalKLDivergence,
     set_dataset_size,
 )
-from bayes_planet.layers.constraints import Exp, Positive, Softplus
 
 __all__ = [
     "Conv1DFlipout",

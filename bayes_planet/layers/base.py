@@ -21,8 +21,9 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers.initializers import DistributionInitializer
+from bayes_planet.layers.noise import standard_normal
 
-__all__ = ["BayesianLayer", "check_positive_int", "moments", "split_seed"]
+__all__ = ["BayesianLayer", "check_positive_int", "moments", "split_seed", "standard_normal"]
 
 
 def check_positive_int(name, value):

@@ -8,6 +8,7 @@ optimizer works in unconstrained space (Blundell et al., 2015).
 import tensorflow as tf
 
 from bayes_planet._keras import keras
+from bayes_planet.layers._registry import resolve
 
 __all__ = ["Exp", "Positive", "Softplus", "get", "serialize"]
 
@@ -60,19 +61,8 @@ _ALIASES = {"softplus": Softplus, "exp": Exp, "positive": Positive}
 
 
 def get(identifier):
-    """Resolves a transform from an alias, a config dict, a callable or None."""
-    if identifier is None or callable(identifier):
-        return identifier
-    if isinstance(identifier, str):
-        if identifier in _ALIASES:
-            return _ALIASES[identifier]()
-        return keras.constraints.get(identifier)
-    if isinstance(identifier, dict):
-        return keras.saving.deserialize_keras_object(identifier)
-    raise TypeError(
-        f"Could not interpret constraint. Expected one of {sorted(_ALIASES)}, a callable, "
-        f"a config dict or None. Received: constraint={identifier!r}"
-    )
+    """Resolves a transform from an alias, a config dict, a callable, a Keras name or None."""
+    return resolve(identifier, _ALIASES, keras.constraints.get, "constraint")
 
 
 def serialize(constraint):

@@ -11,7 +11,13 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import estimators, initializers, regularizers
-from bayes_planet.layers.base import BayesianLayer, check_positive_int, moments, split_seed
+from bayes_planet.layers.base import (
+    BayesianLayer,
+    check_positive_int,
+    moments,
+    split_seed,
+    standard_normal,
+)
 
 __all__ = [
     "Conv1DFlipout",
@@ -61,7 +67,7 @@ class _BayesianConv(BayesianLayer):
         if self.use_bias:
             loc, scale = moments(self.bias, out.dtype)
             if scale is not None:
-                loc = loc + scale * tf.random.stateless_normal(tf.shape(loc), bias_seed, loc.dtype)
+                loc = loc + scale * standard_normal(tf.shape(loc), bias_seed, loc.dtype)
             shape = [1] * out.shape.rank
             shape[channel_axis] = self.filters
             out = out + tf.reshape(loc, shape)

@@ -13,9 +13,14 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import initializers, regularizers
-from bayes_planet.layers import estimators
-from bayes_planet.layers.base import BayesianLayer, check_positive_int, moments, split_seed
+from bayes_planet.layers import estimators, initializers, regularizers
+from bayes_planet.layers.base import (
+    BayesianLayer,
+    check_positive_int,
+    moments,
+    split_seed,
+    standard_normal,
+)
 from bayes_planet.layers.random_variable import RandomVariable
 from bayes_planet.layers.regularizers import log_alpha_from_moments
 
@@ -72,7 +77,7 @@ class _BayesianDense(BayesianLayer, keras.layers.Dense):
         if self.use_bias:
             loc, scale = moments(self.bias, self.compute_dtype)
             if scale is not None:
-                eps = tf.random.stateless_normal(tf.shape(loc), bias_seed, dtype=loc.dtype)
+                eps = standard_normal(tf.shape(loc), bias_seed, dtype=loc.dtype)
                 loc = loc + scale * eps
             out = tf.nn.bias_add(out, loc)
         if x.shape.rank != 2:

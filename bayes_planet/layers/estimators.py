@@ -9,7 +9,7 @@ seed. A deterministic weight (``scale is None``) reduces every estimator to
 
 import tensorflow as tf
 
-from bayes_planet.layers.base import moments, split_seed
+from bayes_planet.layers.base import moments, split_seed, standard_normal
 
 __all__ = ["flipout", "local_reparameterization", "rademacher", "reparameterization"]
 
@@ -26,7 +26,7 @@ def reparameterization(op, x, weight, seed, channel_axis=-1):
     loc, scale = moments(weight, x.dtype)
     if scale is None:
         return op(x, loc)
-    eps = tf.random.stateless_normal(tf.shape(loc), seed, dtype=loc.dtype)
+    eps = standard_normal(tf.shape(loc), seed, dtype=loc.dtype)
     return op(x, loc + scale * eps)
 
 
@@ -50,7 +50,7 @@ def flipout(op, x, weight, seed, channel_axis=-1):
     if scale is None:
         return mean
     eps_seed, in_seed, out_seed = split_seed(seed, 3)
-    delta = scale * tf.random.stateless_normal(tf.shape(loc), eps_seed, dtype=x.dtype)
+    delta = scale * standard_normal(tf.shape(loc), eps_seed, dtype=x.dtype)
     sign_in = rademacher(_sign_shape(x, channel_axis), in_seed, x.dtype)
     sign_out = rademacher(_sign_shape(mean, channel_axis), out_seed, x.dtype)
     return mean + op(x * sign_in, delta) * sign_out
@@ -68,5 +68,5 @@ def local_reparameterization(op, x, weight, seed, channel_axis=-1):
     if scale is None:
         return mean
     var = op(tf.square(x), tf.square(scale))
-    eps = tf.random.stateless_normal(tf.shape(mean), seed, dtype=x.dtype)
+    eps = standard_normal(tf.shape(mean), seed, dtype=x.dtype)
     return mean + tf.sqrt(var + 1e-16) * eps

@@ -20,6 +20,8 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import constraints as constraints_lib
+from bayes_planet.layers._registry import resolve
+from bayes_planet.layers.noise import standard_normal
 from bayes_planet.layers.random_variable import RandomVariable
 
 tfd = tfp.distributions
@@ -72,7 +74,7 @@ class DistributionInitializer(keras.layers.Layer):
         loc, scale = self.loc(), self.scale()
         if scale is None:
             return loc
-        eps = tf.random.stateless_normal(tf.shape(loc), seed=seed, dtype=loc.dtype)
+        eps = standard_normal(tf.shape(loc), seed, dtype=loc.dtype)
         return loc + scale * eps
 
     def distribution(self):
@@ -226,27 +228,9 @@ _ALIASES = {
 
 
 def get(identifier):
-    """Resolves an initializer: one of our aliases, a config dict, a callable, or a
-    Keras initializer name. Each alias lookup returns a fresh instance."""
-    if identifier is None or isinstance(identifier, DistributionInitializer):
-        return identifier
-    if isinstance(identifier, str):
-        if identifier in _ALIASES:
-            return _ALIASES[identifier]()
-        try:
-            return keras.initializers.get(identifier)
-        except ValueError as e:
-            raise ValueError(
-                f"Unknown initializer. Expected one of {sorted(_ALIASES)} or a Keras "
-                f"initializer name. Received: initializer={identifier!r}"
-            ) from e
-    if isinstance(identifier, dict):
-        return keras.saving.deserialize_keras_object(identifier)
-    if callable(identifier):
-        return identifier
-    raise TypeError(
-        f"Could not interpret initializer. Received: initializer={identifier!r}"
-    )
+    """Resolves an initializer: one of our aliases (a fresh instance each time), a
+    config dict, a callable, or a Keras initializer name."""
+    return resolve(identifier, _ALIASES, keras.initializers.get, "initializer", base=DistributionInitializer)
 
 
 def serialize(initializer):

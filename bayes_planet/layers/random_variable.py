@@ -3,6 +3,22 @@
 A random variable behaves like the Tensor of its value, so layers that return one
 compose with every TensorFlow op and Keras layer (Tran et al., 2018, "Simple,
 Distributed, and Accelerated Probabilistic Programming"; Bayesian Layers, Sec. 2).
+
+Keras integration (why no Keras internals are needed here): a RandomVariable is
+converted to its value by the registered tensor conversion function. When a layer
+returning one is called on a symbolic ``keras.Input``, Keras infers the output
+spec with ``tf.type_spec_from_value``, which falls back to that conversion, so the
+symbolic output is a plain ``KerasTensor`` of the value's shape and dtype. When
+the functional or Sequential model is then *run*, Keras passes each layer's
+actual outputs to the next layer unchanged, so the model returns the
+RandomVariable itself: ``model(x).distribution.log_prob(y)`` works, and so does
+``model.compile(loss=lambda y, rv: -rv.distribution.log_prob(y))`` followed by
+``model.fit`` (Keras's loss container reads only ``.shape``/``.dtype`` of the
+prediction before handing it to the loss). Layers that consume a RandomVariable
+(flows, ``Discretize``) therefore also accept a plain Tensor: that is what they see
+during symbolic shape inference. Crossing a ``tf.function`` boundary (a returned
+value, a SavedModel signature) converts a RandomVariable to its value; return
+``rv.distribution`` (a CompositeTensor for most tfp distributions) to keep it.
 """
 
 import tensorflow as tf
@@ -23,7 +39,10 @@ class RandomVariable:
     Args:
       distribution: a `tfp.distributions.Distribution`.
       sample_shape: shape of the sample drawn for ``value``.
-      value: optional Tensor to use as the value instead of sampling.
+      value: optional Tensor to use as the value instead of sampling, or a
+        zero-argument callable computing it lazily on first access (used by
+        straight-through estimators and by flows, whose value is the transformed
+        value of their input).
       seed: optional seed for the lazy sample (int or stateless ``[2]`` tensor).
 
     Shapes: ``value.shape == sample_shape + batch_shape + event_shape``.
@@ -38,6 +57,9 @@ class RandomVariable:
         self._distribution = distribution
         self._sample_shape = tf.TensorShape(sample_shape)
         self._seed = seed
+        self._value_fn = None
+        if callable(value) and not tf.is_tensor(value):
+            self._value_fn, value = value, None
         self._value = None if value is None else tf.convert_to_tensor(
             value, dtype=distribution.dtype
         )
@@ -56,7 +78,11 @@ class RandomVariable:
     def value(self):
         """The sampled value (drawn once, on first access)."""
         if self._value is None:
-            self._value = self._distribution.sample(self._sample_shape, seed=self._seed)
+            if self._value_fn is not None:
+                self._value = tf.convert_to_tensor(self._value_fn(), self._distribution.dtype)
+                self._value_fn = None
+            else:
+                self._value = self._distribution.sample(self._sample_shape, seed=self._seed)
         return self._value
 
     @property
@@ -73,12 +99,32 @@ class RandomVariable:
     def dtype(self):
         return self._distribution.dtype
 
+    @property
+    def batch_shape(self):
+        return self._distribution.batch_shape
+
+    @property
+    def event_shape(self):
+        return self._distribution.event_shape
+
     def log_prob(self, x=None):
         """Log density/mass of ``x`` (default: of the value)."""
         return self._distribution.log_prob(self.value if x is None else x)
 
     def prob(self, x=None):
         return self._distribution.prob(self.value if x is None else x)
+
+    def cdf(self, x):
+        return self._distribution.cdf(x)
+
+    def log_cdf(self, x):
+        return self._distribution.log_cdf(x)
+
+    def kl_divergence(self, other):
+        """KL(self || other) for a distribution or RandomVariable ``other``."""
+        if isinstance(other, RandomVariable):
+            other = other.distribution
+        return self._distribution.kl_divergence(other)
 
     def mean(self):
         return self._distribution.mean()

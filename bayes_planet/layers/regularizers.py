@@ -17,6 +17,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
+from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.initializers import DistributionInitializer
 from bayes_planet.layers.random_variable import RandomVariable
 
@@ -175,22 +176,8 @@ _ALIASES = {
 
 
 def get(identifier):
-    """Resolves a regularizer from an alias, a config dict, a callable or None."""
-    if identifier is None or callable(identifier):
-        return identifier
-    if isinstance(identifier, str):
-        if identifier in _ALIASES:
-            return _ALIASES[identifier]()
-        try:
-            return keras.regularizers.get(identifier)
-        except ValueError as e:
-            raise ValueError(
-                f"Unknown regularizer. Expected one of {sorted(_ALIASES)} or a Keras "
-                f"regularizer name. Received: regularizer={identifier!r}"
-            ) from e
-    if isinstance(identifier, dict):
-        return keras.saving.deserialize_keras_object(identifier)
-    raise TypeError(f"Could not interpret regularizer. Received: regularizer={identifier!r}")
+    """Resolves a regularizer from an alias, a config dict, a callable, a Keras name or None."""
+    return resolve(identifier, _ALIASES, keras.regularizers.get, "regularizer")
 
 
 def serialize(regularizer):

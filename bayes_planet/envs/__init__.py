@@ -1,0 +1,56 @@
+"""Environments: DeepMind Control Suite tasks with PlaNet's conventions, and their faces.
+
+* :func:`make` / :class:`DMCEnv`: the plain environment (``reset() -> obs``,
+  ``step(action) -> (obs, reward, done, info)``), pixels or state, with the true physical state
+  in ``info`` for probes. ``make('gym:Pendulum-v1')`` wraps a gymnasium env the same way.
+* :class:`GymnasiumEnv`: a plain environment as a ``gymnasium.Env``;
+  :class:`FromGymnasium`: a gymnasium environment as a plain environment.
+* :class:`TFAgentsEnv`: a plain environment as a TF-Agents ``PyEnvironment`` (imported lazily,
+  so ``import bayes_planet.envs`` does not import TensorFlow).
+* :func:`write_video`, :func:`side_by_side`: episodes to mp4/gif.
+
+Importing this package chooses a headless ``MUJOCO_GL`` backend before ``dm_control`` is imported
+(see :mod:`bayes_planet.envs.rendering`).
+"""
+
+# The rendering module must be imported before anything imports dm_control or mujoco.
+from bayes_planet.envs import rendering  # isort: skip
+
+from bayes_planet.envs.dmc import (
+    DEFAULT_ACTION_REPEAT,
+    PLANET_TASKS,
+    DMCEnv,
+    known_tasks,
+    make,
+    resolve_task,
+    validate_action,
+)
+from bayes_planet.envs.gym_adapter import FromGymnasium, GymnasiumEnv
+from bayes_planet.envs.rendering import RenderingUnavailableError
+from bayes_planet.envs.video import side_by_side, write_video
+
+__all__ = [
+    "DEFAULT_ACTION_REPEAT",
+    "DMCEnv",
+    "FromGymnasium",
+    "GymnasiumEnv",
+    "PLANET_TASKS",
+    "RenderingUnavailableError",
+    "TFAgentsEnv",
+    "known_tasks",
+    "make",
+    "rendering",
+    "resolve_task",
+    "side_by_side",
+    "validate_action",
+    "write_video",
+]
+
+
+def __getattr__(name):
+    """Imports :class:`TFAgentsEnv` on first use (it pulls in TensorFlow and TF-Agents)."""
+    if name == "TFAgentsEnv":
+        from bayes_planet.envs.tf_agents_env import TFAgentsEnv
+
+        return TFAgentsEnv
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,578 @@
+"""DeepMind Control Suite environments with PlaNet's conventions.
+
+``make('cartpole-swingup')`` returns a :class:`DMCEnv`: 64x64x3 uint8 pixel observations (or the
+flat proprioceptive state), PlaNet's per-domain action repeat with rewards summed over the
+repeats, episodes of ``1000 // action_repeat`` agent steps, seeding, clipped actions, and the true
+physical state returned with every step for latent probes.
+
+The plain environment API, shared with :class:`bayes_planet.envs.FromGymnasium`::
+
+    obs = env.reset()                            # dict, e.g. {'image': uint8 [H, W, 3]}
+    obs, reward, done, info = env.step(action)   # reward: float, done: bool
+    info['terminated'], info['truncated']        # why the episode ended (time limit = truncated)
+    info['physics_state'], info['task_state']    # true state for probes (also env.true_state())
+
+Stepping after ``done`` (or before the first ``reset()``) raises ``RuntimeError``: call
+``reset()``. There is no automatic reset.
+"""
+
+import numbers
+import threading
+from concurrent import futures
+
+import numpy as np
+
+from bayes_planet.envs import rendering  # Chooses MUJOCO_GL; must precede dm_control.
+
+# isort: split
+
+from dm_control import suite
+from dm_control.mujoco import engine
+from dm_env import specs
+
+__all__ = [
+    "DEFAULT_ACTION_REPEAT",
+    "DMCEnv",
+    "PLANET_TASKS",
+    "TASK_ALIASES",
+    "known_tasks",
+    "make",
+    "resolve_task",
+    "validate_action",
+]
+
+#: The six tasks of the PlaNet paper.
+PLANET_TASKS = (
+    "cartpole-swingup",
+    "reacher-easy",
+    "cheetah-run",
+    "finger-spin",
+    "cup-catch",
+    "walker-walk",
+)
+
+#: Short names accepted in addition to ``domain-task`` names from ``dm_control.suite``.
+TASK_ALIASES = {"cup-catch": "ball_in_cup-catch"}
+
+#: PlaNet's action repeat per domain; other domains use ``FALLBACK_ACTION_REPEAT``.
+DEFAULT_ACTION_REPEAT = {
+    "cartpole": 8,
+    "reacher": 4,
+    "cheetah": 4,
+    "finger": 2,
+    "ball_in_cup": 4,
+    "walker": 2,
+}
+FALLBACK_ACTION_REPEAT = 2
+
+#: Default camera per domain (camera 0 unless listed, as in PlaNet; quadruped as in Dreamer).
+DEFAULT_CAMERA = {"quadruped": 2}
+
+#: Length of a DMC episode in control steps (before action repeat).
+DMC_EPISODE_LENGTH = 1000
+
+OBS_TYPES = ("pixels", "state")
+
+
+def known_tasks():
+    """Returns the sorted list of accepted task names (``domain-task`` and aliases)."""
+    names = {f"{domain}-{task}" for domain, task in suite.ALL_TASKS}
+    return sorted(names | set(TASK_ALIASES))
+
+
+def resolve_task(task):
+    """Maps a task name such as ``'cup-catch'`` to its ``(domain, task)`` in ``dm_control.suite``.
+
+    Args:
+        task: ``'domain-task'`` string, e.g. ``'cartpole-swingup'`` or ``'ball_in_cup-catch'``.
+
+    Returns:
+        ``(domain, task)`` strings.
+
+    Raises:
+        TypeError: if ``task`` is not a string.
+        ValueError: if the task is unknown; the message lists the known ones.
+    """
+    if not isinstance(task, str):
+        raise TypeError(
+            f"Expected a task name string like 'cartpole-swingup'. Received: task={task!r}"
+        )
+    name = TASK_ALIASES.get(task, task)
+    domain, sep, task_name = name.partition("-")
+    if not sep or (domain, task_name) not in suite.ALL_TASKS:
+        raise ValueError(
+            f"Unknown task. Received: task={task!r}. Known tasks: {', '.join(known_tasks())}"
+        )
+    return domain, task_name
+
+
+def _check_positive_int(name, value):
+    """Returns ``value`` as int if it is a positive integer, else raises."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+        raise ValueError(f"Expected a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def _check_size(size):
+    """Returns ``(height, width)`` from an int or a pair of positive ints."""
+    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
+        size = (size, size)
+    if (
+        not isinstance(size, (tuple, list))
+        or len(size) != 2
+        or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s <= 0 for s in size)
+    ):
+        raise ValueError(
+            f"Expected size as a positive integer or a (height, width) pair. Received: size={size!r}"
+        )
+    return int(size[0]), int(size[1])
+
+
+def _check_seed(seed):
+    """Returns ``seed`` as int (or ``None``) if valid, else raises."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"Expected a non-negative integer or None. Received: seed={seed!r}")
+    return int(seed)
+
+
+def validate_action(action, spec):
+    """Checks an action against a bounded spec and clips it to the bounds.
+
+    Args:
+        action: array-like of shape ``spec.shape``.
+        spec: a ``dm_env.specs.BoundedArray``-like object with ``shape``, ``dtype``, ``minimum``
+            and ``maximum``.
+
+    Returns:
+        The action as a ``spec.dtype`` array of shape ``spec.shape``, clipped to the bounds.
+
+    Raises:
+        TypeError: if the action is not numeric.
+        ValueError: if the action has the wrong shape or contains NaN or infinity.
+    """
+    try:
+        array = np.asarray(action, dtype=np.float64)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"Expected a numeric action array. Received: action={action!r}") from error
+    if array.shape != tuple(spec.shape):
+        raise ValueError(
+            f"Expected an action of shape {tuple(spec.shape)}. "
+            f"Received: action with shape {array.shape}"
+        )
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"Expected a finite action (no NaN or inf). Received: action={array}")
+    return np.clip(array, spec.minimum, spec.maximum).astype(spec.dtype)
+
+
+class DMCEnv:
+    """A DeepMind Control Suite task with PlaNet's observation, repeat and episode conventions.
+
+    Args:
+        task: ``'domain-task'`` name, e.g. ``'cartpole-swingup'``; see :func:`known_tasks`.
+        obs_type: ``'pixels'`` for ``{'image': uint8 [H, W, 3]}`` observations or ``'state'``
+            for ``{'state': float32 [D]}`` (the task's observation components, flattened in
+            order).
+        seed: Seed of the task's random initial states (``None``: nondeterministic).
+        action_repeat: Physics control steps per agent step (rewards are summed); ``None`` uses
+            PlaNet's default for the domain (:data:`DEFAULT_ACTION_REPEAT`).
+        size: Image ``(height, width)`` (or an int for square images).
+        camera: Camera index or name; ``None`` uses the domain's default (:data:`DEFAULT_CAMERA`).
+        episode_length: Episode length in DMC control steps (before action repeat), default 1000;
+            an episode has ``max_steps = episode_length // action_repeat`` agent steps.
+        fast_render: If ``True`` (default), render without shadows or multisampling into an
+            offscreen buffer of exactly ``size`` (about 5-20x faster on CPU; images lose shadows).
+
+    Attributes:
+        task: Canonical task name, e.g. ``'ball_in_cup-catch'``.
+        domain, task_name: The ``dm_control.suite`` domain and task.
+        physics: The ``dm_control`` ``Physics`` (read-only use, e.g. for probes and tests).
+    """
+
+    def __init__(
+        self,
+        task,
+        obs_type="pixels",
+        seed=0,
+        action_repeat=None,
+        size=(64, 64),
+        camera=None,
+        episode_length=None,
+        fast_render=True,
+    ):
+        self.domain, self.task_name = resolve_task(task)
+        self.task = f"{self.domain}-{self.task_name}"
+        if obs_type not in OBS_TYPES:
+            raise ValueError(f"Expected obs_type in {OBS_TYPES}. Received: obs_type={obs_type!r}")
+        self.obs_type = obs_type
+        if action_repeat is None:
+            action_repeat = DEFAULT_ACTION_REPEAT.get(self.domain, FALLBACK_ACTION_REPEAT)
+        self._action_repeat = _check_positive_int("action_repeat", action_repeat)
+        if episode_length is None:
+            episode_length = DMC_EPISODE_LENGTH
+        self._episode_length = _check_positive_int("episode_length", episode_length)
+        if self._episode_length < self._action_repeat:
+            raise ValueError(
+                f"Expected episode_length >= action_repeat ({self._action_repeat}). "
+                f"Received: episode_length={episode_length}"
+            )
+        self._size = _check_size(size)
+        seed = _check_seed(seed)
+        if obs_type == "pixels":
+            rendering.require_rendering()
+
+        # The episode limit is enforced here, so the suite's own time limit is switched off.
+        self._env = suite.load(
+            self.domain,
+            self.task_name,
+            task_kwargs={"random": seed, "time_limit": float("inf")},
+        )
+        self.physics = self._env.physics
+        self._camera_id = self._check_camera(
+            DEFAULT_CAMERA.get(self.domain, 0) if camera is None else camera
+        )
+        self._configure_rendering(fast_render)
+        # Created at the first render (state mode never opens a GL context while stepping).
+        self._camera = None
+        self._render_executor = None
+        self._render_thread = None
+
+        self._state_specs = self._env.observation_spec()
+        state_dim = sum(int(np.prod(spec.shape)) for spec in self._state_specs.values())
+        if obs_type == "pixels":
+            self._observation_spec = {
+                "image": specs.BoundedArray(
+                    self._size + (3,), np.uint8, minimum=0, maximum=255, name="image"
+                )
+            }
+        else:
+            self._observation_spec = {"state": specs.Array((state_dim,), np.float32, name="state")}
+        dmc_action = self._env.action_spec()
+        self._action_spec = specs.BoundedArray(
+            dmc_action.shape,
+            np.float32,
+            minimum=dmc_action.minimum.astype(np.float32),
+            maximum=dmc_action.maximum.astype(np.float32),
+            name="action",
+        )
+
+        self._last_time_step = None
+        self._steps = 0
+        self._done = True
+        self._closed = False
+        rendering.register_for_cleanup(self)
+
+    # --------------------------------------------------------------------------------------------
+    # Configuration.
+
+    def _check_camera(self, camera):
+        """Validates a camera index or name against the model and returns it."""
+        model = self.physics.model
+        if isinstance(camera, str):
+            if model.name2id(camera, "camera") < 0:
+                raise ValueError(
+                    f"Unknown camera for task {self.task!r}. Received: camera={camera!r}"
+                )
+            return camera
+        if isinstance(camera, bool) or not isinstance(camera, numbers.Integral):
+            raise TypeError(f"Expected a camera index or name. Received: camera={camera!r}")
+        if not -1 <= camera < model.ncam:
+            raise ValueError(
+                f"Expected a camera index in [-1, {model.ncam - 1}] for task {self.task!r}. "
+                f"Received: camera={camera}"
+            )
+        return int(camera)
+
+    def _configure_rendering(self, fast_render):
+        """Sets the model's visual options; must run before the first render creates contexts."""
+        visual = self.physics.model.vis
+        height, width = self._size
+        if fast_render:
+            visual.quality.shadowsize = 0
+            visual.quality.offsamples = 0
+            visual.global_.offwidth = width
+            visual.global_.offheight = height
+        else:
+            visual.global_.offwidth = max(int(visual.global_.offwidth), width)
+            visual.global_.offheight = max(int(visual.global_.offheight), height)
+
+    # --------------------------------------------------------------------------------------------
+    # Specs and properties.
+
+    def observation_spec(self):
+        """Returns ``{'image': BoundedArray([H, W, 3], uint8)}`` or ``{'state': Array([D], float32)}``."""
+        return dict(self._observation_spec)
+
+    def action_spec(self):
+        """Returns the float32 ``dm_env.specs.BoundedArray`` of actions (bounds from the DMC spec)."""
+        return self._action_spec
+
+    @property
+    def action_repeat(self):
+        """Control steps per agent step."""
+        return self._action_repeat
+
+    @property
+    def episode_length(self):
+        """Episode length in control steps (before action repeat)."""
+        return self._episode_length
+
+    @property
+    def max_steps(self):
+        """Agent steps per episode: ``episode_length // action_repeat``."""
+        return self._episode_length // self._action_repeat
+
+    @property
+    def size(self):
+        """Image ``(height, width)``."""
+        return self._size
+
+    @property
+    def camera(self):
+        """Camera index or name used for observations and :meth:`render`."""
+        return self._camera_id
+
+    @property
+    def fps(self):
+        """Agent steps per simulated second (use as the video frame rate)."""
+        return 1.0 / (self._env.control_timestep() * self._action_repeat)
+
+    @property
+    def state_keys(self):
+        """Names of the task's observation components, in the order used by ``'state'``."""
+        return tuple(self._state_specs)
+
+    # --------------------------------------------------------------------------------------------
+    # Episode API.
+
+    def seed(self, seed):
+        """Re-seeds the task's random initial states; takes effect at the next :meth:`reset`.
+
+        Args:
+            seed: Non-negative integer, or ``None`` for a nondeterministic seed.
+        """
+        self._check_open()
+        self._env.task.random.seed(_check_seed(seed))
+
+    def reset(self):
+        """Starts a new episode.
+
+        Returns:
+            The first observation dict (see :meth:`observation_spec`).
+        """
+        self._check_open()
+        self._last_time_step = self._env.reset()
+        self._steps = 0
+        self._done = False
+        return self._observation()
+
+    def step(self, action):
+        """Applies ``action`` for ``action_repeat`` control steps.
+
+        Args:
+            action: array of shape ``action_spec().shape``; clipped to the spec's bounds.
+
+        Returns:
+            ``(obs, reward, done, info)``: the observation dict after the last repeat, the reward
+            summed over repeats (float), whether the episode ended, and ``info`` =
+            :meth:`true_state` plus ``'discount'`` (float), ``'terminated'`` (the task ended the
+            episode) and ``'truncated'`` (the episode reached ``max_steps``).
+
+        Raises:
+            ValueError: for an action of the wrong shape or with NaN/inf entries.
+            RuntimeError: if the episode is over (or never started): call :meth:`reset`.
+        """
+        self._check_open()
+        if self._done:
+            raise RuntimeError(
+                "Cannot step: the episode has ended or reset() was never called. Call reset() first."
+            )
+        action = validate_action(action, self._action_spec)
+        reward = 0.0
+        for _ in range(self._action_repeat):
+            time_step = self._env.step(action)
+            reward += time_step.reward or 0.0
+            if time_step.last():
+                break
+        self._last_time_step = time_step
+        self._steps += 1
+        terminated = bool(time_step.last())
+        truncated = not terminated and self._steps >= self.max_steps
+        self._done = terminated or truncated
+        info = self.true_state()
+        info["discount"] = float(time_step.discount)
+        info["terminated"] = terminated
+        info["truncated"] = truncated
+        return self._observation(), float(reward), self._done, info
+
+    def true_state(self):
+        """Returns the true physical state at the current step, for probes.
+
+        Returns:
+            dict with ``'physics_state'`` (float64 ``[nq + nv + na]``, as
+            ``physics.get_state()``), ``'qpos'`` (float64 ``[nq]``), ``'qvel'`` (float64
+            ``[nv]``), ``'state'`` (float32 ``[D]``, the flat task observation) and
+            ``'task_state'`` (dict of the task's named observation components, e.g. cartpole's
+            ``'position'`` and ``'velocity'``).
+        """
+        self._check_open()
+        if self._last_time_step is None:
+            raise RuntimeError("No state yet: call reset() first.")
+        components = {
+            key: np.array(value, copy=True)
+            for key, value in self._last_time_step.observation.items()
+        }
+        return {
+            "physics_state": self.physics.get_state(),
+            "qpos": self.physics.data.qpos.copy(),
+            "qvel": self.physics.data.qvel.copy(),
+            "state": self._flat_state(),
+            "task_state": components,
+        }
+
+    def render(self):
+        """Renders the current frame from :attr:`camera`, also in state mode.
+
+        Rendering runs on a dedicated thread per environment, so the environment can be used
+        from any thread (EGL contexts are bound to the thread that made them current; TF-Agents
+        steps environments on its own threads).
+
+        Returns:
+            uint8 array ``[H, W, 3]`` at :attr:`size`.
+        """
+        self._check_open()
+        rendering.require_rendering()
+        if self._render_executor is None:
+            self._render_executor = futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="bayes_planet_render"
+            )
+        return self._render_executor.submit(self._render_on_thread).result()
+
+    def _render_on_thread(self):
+        if self._camera is None:
+            self._render_thread = threading.current_thread()
+            height, width = self._size
+            self._camera = engine.Camera(self.physics, height, width, self._camera_id)
+        return self._camera.render().copy()
+
+    def _free_on_thread(self):
+        if self._camera is not None:
+            self._camera.scene.free()
+            self._camera = None
+        self.physics.free()
+
+    def close(self):
+        """Frees the renderer and physics; the environment cannot be used afterwards.
+
+        Safe to call more than once. Called automatically when the environment is garbage
+        collected and at interpreter exit (before Python shuts down its worker threads).
+        """
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        executor, self._render_executor = self._render_executor, None
+        if executor is None or threading.current_thread() is self._render_thread:
+            self._free_on_thread()
+        else:
+            executor.submit(self._free_on_thread).result()
+        if executor is not None:
+            executor.shutdown(wait=False)
+        self._env = None
+
+    def __del__(self):
+        """Closes the environment when it is garbage collected."""
+        try:
+            self.close()
+        except Exception:  # Never raise from a finalizer.
+            pass
+
+    def __enter__(self):
+        """Returns ``self``; :meth:`close` runs on exit of the ``with`` block."""
+        return self
+
+    def __exit__(self, *exc_info):
+        """Closes the environment."""
+        self.close()
+
+    def __repr__(self):
+        """Returns e.g. ``DMCEnv('cartpole-swingup', obs_type='pixels', action_repeat=8)``."""
+        return (
+            f"DMCEnv({self.task!r}, obs_type={self.obs_type!r}, "
+            f"action_repeat={self._action_repeat}, max_steps={self.max_steps})"
+        )
+
+    # --------------------------------------------------------------------------------------------
+    # Helpers.
+
+    def _check_open(self):
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed.")
+
+    def _flat_state(self):
+        observation = self._last_time_step.observation
+        return np.concatenate(
+            [np.asarray(observation[key], np.float32).ravel() for key in self._state_specs]
+        )
+
+    def _observation(self):
+        if self.obs_type == "pixels":
+            return {"image": self.render()}
+        return {"state": self._flat_state()}
+
+
+def make(
+    task,
+    obs_type="pixels",
+    seed=0,
+    action_repeat=None,
+    size=(64, 64),
+    camera=None,
+    episode_length=None,
+    **kwargs,
+):
+    """Creates a plain environment for ``task``.
+
+    Args:
+        task: A DMC ``'domain-task'`` name (see :func:`known_tasks`), or ``'gym:ENV_ID'`` for a
+            gymnasium environment (e.g. ``'gym:Pendulum-v1'``) wrapped by
+            :class:`bayes_planet.envs.FromGymnasium`.
+        obs_type: ``'pixels'`` or ``'state'``.
+        seed: Seed of the initial-state randomness (``None``: nondeterministic).
+        action_repeat: Agent-step repeat; ``None`` uses PlaNet's per-domain default for DMC and 1
+            for gymnasium.
+        size: Image ``(height, width)``.
+        camera: DMC camera index or name (``None``: domain default). Not used for gymnasium.
+        episode_length: Episode length before action repeat (``None``: 1000 for DMC, the
+            gymnasium env's time limit otherwise).
+        **kwargs: Passed to :class:`DMCEnv` (e.g. ``fast_render``) or :class:`FromGymnasium`.
+
+    Returns:
+        A :class:`DMCEnv` or :class:`bayes_planet.envs.FromGymnasium`.
+    """
+    if isinstance(task, str) and task.startswith("gym:"):
+        from bayes_planet.envs.gym_adapter import FromGymnasium
+
+        if camera is not None:
+            raise ValueError(f"camera is only supported for DMC tasks. Received: camera={camera!r}")
+        if obs_type not in OBS_TYPES:
+            raise ValueError(f"Expected obs_type in {OBS_TYPES}. Received: obs_type={obs_type!r}")
+        return FromGymnasium(
+            task[len("gym:") :],
+            pixels=obs_type == "pixels",
+            size=size,
+            action_repeat=1 if action_repeat is None else action_repeat,
+            seed=seed,
+            episode_length=episode_length,
+            **kwargs,
+        )
+    return DMCEnv(
+        task,
+        obs_type=obs_type,
+        seed=seed,
+        action_repeat=action_repeat,
+        size=size,
+        camera=camera,
+        episode_length=episode_length,
+        **kwargs,
+    )
