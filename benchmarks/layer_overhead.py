@@ -31,7 +31,7 @@ def make_step(layer, x, dataset_size=50_000):
     @tf.function
     def step():
         with tf.GradientTape() as tape:
-            out = tf.convert_to_tensor(layer(x))
+            out = tf.convert_to_tensor(layer(x, training=True))
             loss = tf.reduce_mean(tf.square(out))
             if layer.losses:
                 loss += tf.add_n(layer.losses) / dataset_size

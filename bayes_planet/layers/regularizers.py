@@ -40,6 +40,14 @@ def _moments(x):
     """(loc, scale) of a factorized normal or point mass; scale None for a point mass."""
     if isinstance(x, DistributionInitializer):
         return x.loc(), x.scale()
+    return _distribution_moments(x)
+
+
+def _log_scale(x, scale):
+    return x.log_scale() if isinstance(x, DistributionInitializer) else tf.math.log(scale)
+
+
+def _distribution_moments(x):
     dist = x.distribution if isinstance(x, RandomVariable) else x
     while isinstance(dist, tfd.Independent):
         dist = dist.distribution
@@ -103,7 +111,7 @@ class NormalKLDivergence(KLRegularizer):
         # sum log(sp/sq) + (sq^2 + d^2) / (2 sp^2) - 1/2, as few passes as possible.
         quad = tf.reduce_sum(tf.square(scale) + tf.square(diff))
         n = tf.cast(tf.size(loc), loc.dtype)
-        return 0.5 * inv_var * quad - tf.reduce_sum(tf.math.log(scale)) + n * (
+        return 0.5 * inv_var * quad - tf.reduce_sum(_log_scale(x, scale)) + n * (
             math.log(self.stddev) - 0.5
         )
 
@@ -133,7 +141,7 @@ class NormalEmpiricalBayesKLDivergence(KLRegularizer):
         prior_var = tf.reduce_mean(second)
         n = tf.cast(tf.size(loc), loc.dtype)
         # sum log(s/sq) + second/(2 s^2) - 1/2, with sum(second) = n s^2.
-        return 0.5 * n * tf.math.log(prior_var) - tf.reduce_sum(tf.math.log(scale))
+        return 0.5 * n * tf.math.log(prior_var) - tf.reduce_sum(_log_scale(x, scale))
 
     def get_config(self):
         return {"mean": self.mean, **super().get_config()}
