@@ -263,3 +263,18 @@ def test_drop_in_cnn_trains_on_digits_with_model_fit():
     # Measured 0.97-0.98 (Conv2D) and 0.95-0.97 (Conv2DFlipout) on this split.
     assert accuracies["Conv2D"] >= 0.93, accuracies
     assert accuracies["Conv2DFlipout"] >= 0.90, accuracies
+
+
+def test_fixed_noise_holds_one_weight_sample_per_block():
+    model = keras.Sequential([keras.Input((4,)), bl.DenseReparameterization(8, seed=0),
+                              bl.DenseFlipout(3, seed=1)])
+    x = tf.ones([2, 4])
+    with bl.fixed_noise(model, [3, 4]) as layers:
+        assert len(layers) == 2
+        first, second = model(x).numpy(), model(x).numpy()
+    np.testing.assert_array_equal(first, second)  # same weights every call in the block
+    with bl.fixed_noise(model, [3, 4]):
+        np.testing.assert_array_equal(model(x).numpy(), first)  # the seed determines it
+    with bl.fixed_noise(model, [5, 6]):
+        assert not np.array_equal(model(x).numpy(), first)
+    assert not np.array_equal(model(x).numpy(), model(x).numpy())  # fresh noise outside

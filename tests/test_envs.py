@@ -98,6 +98,18 @@ def test_pixel_specs_and_shapes():
     env.close()
 
 
+@pytest.mark.parametrize("task", envs.PLANET_TASKS)
+def test_planet_tasks_render_pixels(task):
+    env = envs.make(task, episode_length=16)
+    assert env.camera == 0
+    first = env.reset()["image"]
+    obs, reward, done, info = env.step(np.zeros(env.action_spec().shape))
+    assert obs["image"].shape == (64, 64, 3) and obs["image"].dtype == np.uint8
+    assert first.std() > 0 and np.isfinite(reward) and not done
+    assert info["physics_state"].shape == (env.physics.model.nq + env.physics.model.nv,)
+    env.close()
+
+
 def test_state_specs_and_render_in_state_mode():
     env = envs.make("cheetah-run", obs_type="state", episode_length=SHORT)
     spec = env.observation_spec()
@@ -247,6 +259,7 @@ def test_closed_env_raises():
 # Gymnasium faces.
 
 
+@pytest.mark.filterwarnings("ignore:.*Box observation space (minimum|maximum) value")
 def test_gymnasium_adapter_state():
     from gymnasium import spaces
     from gymnasium.utils.env_checker import check_env
@@ -451,6 +464,31 @@ def test_fresh_process_selects_backend_and_exits_cleanly():
     assert backend == variable and backend in ("egl", "osmesa")
     assert shape.strip() == "(64, 64, 3)"
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
+
+
+def test_cleanup_hook_runs_while_worker_threads_live():
+    # The mechanism behind the clean exit, independent of the GL backend: a registered object
+    # whose close() needs a thread-pool worker (as dm_control's offloading render executor does)
+    # is closed before Python shuts the pools down.
+    code = """
+        from concurrent import futures
+        from bayes_planet.envs import rendering
+
+        class Holder:
+            def __init__(self):
+                self.executor = futures.ThreadPoolExecutor(max_workers=1)
+                self.executor.submit(int).result()
+
+            def close(self):
+                print(self.executor.submit(str, "closed with a live worker").result())
+                self.executor.shutdown()
+
+        holder = rendering.register_for_cleanup(Holder())
+    """
+    result = _run_script(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "closed with a live worker"
+    assert "Traceback" not in result.stderr
 
 
 def test_osmesa_exits_cleanly():

@@ -123,7 +123,8 @@ def _check_size(size):
         or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s <= 0 for s in size)
     ):
         raise ValueError(
-            f"Expected size as a positive integer or a (height, width) pair. Received: size={size!r}"
+            "Expected size as a positive integer or a (height, width) pair. "
+            f"Received: size={size!r}"
         )
     return int(size[0]), int(size[1])
 
@@ -132,8 +133,8 @@ def _check_seed(seed):
     """Returns ``seed`` as int (or ``None``) if valid, else raises."""
     if seed is None:
         return None
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"Expected a non-negative integer or None. Received: seed={seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32:
+        raise ValueError(f"Expected an integer in [0, 2**32) or None. Received: seed={seed!r}")
     return int(seed)
 
 
@@ -182,7 +183,8 @@ class DMCEnv:
         episode_length: Episode length in DMC control steps (before action repeat), default 1000;
             an episode has ``max_steps = episode_length // action_repeat`` agent steps.
         fast_render: If ``True`` (default), render without shadows or multisampling into an
-            offscreen buffer of exactly ``size`` (about 5-20x faster on CPU; images lose shadows).
+            offscreen buffer of exactly ``size`` (10-20x faster on CPU; thin geometry such as
+            the cartpole rail may vanish).
 
     Attributes:
         task: Canonical task name, e.g. ``'ball_in_cup-catch'``.
@@ -301,11 +303,14 @@ class DMCEnv:
     # Specs and properties.
 
     def observation_spec(self):
-        """Returns ``{'image': BoundedArray([H, W, 3], uint8)}`` or ``{'state': Array([D], float32)}``."""
+        """Returns ``{'image': BoundedArray([H, W, 3], uint8)}`` or ``{'state': Array([D])}``.
+
+        Images are uint8 in [0, 255]; states are float32.
+        """
         return dict(self._observation_spec)
 
     def action_spec(self):
-        """Returns the float32 ``dm_env.specs.BoundedArray`` of actions (bounds from the DMC spec)."""
+        """Returns the float32 ``dm_env.specs.BoundedArray`` of actions (DMC spec bounds)."""
         return self._action_spec
 
     @property
@@ -386,7 +391,8 @@ class DMCEnv:
         self._check_open()
         if self._done:
             raise RuntimeError(
-                "Cannot step: the episode has ended or reset() was never called. Call reset() first."
+                "Cannot step: the episode has ended or reset() was never called. "
+                "Call reset() first."
             )
         action = validate_action(action, self._action_spec)
         reward = 0.0

@@ -197,7 +197,10 @@ class FromGymnasium:
     # Specs and properties ---------------------------------------------------------------------
 
     def observation_spec(self):
-        """Returns ``{'image': BoundedArray([H, W, 3], uint8)}`` or ``{'state': Array([D], float32)}``."""
+        """Returns ``{'image': BoundedArray([H, W, 3], uint8)}`` or ``{'state': Array([D])}``.
+
+        Images are uint8 in [0, 255]; states are float32.
+        """
         return dict(self._observation_spec)
 
     def action_spec(self):
@@ -261,7 +264,8 @@ class FromGymnasium:
         """
         if self._done:
             raise RuntimeError(
-                "Cannot step: the episode has ended or reset() was never called. Call reset() first."
+                "Cannot step: the episode has ended or reset() was never called. "
+                "Call reset() first."
             )
         action = validate_action(action, self._action_spec)
         action = action.astype(self.gym_env.action_space.dtype)

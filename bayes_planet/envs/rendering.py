@@ -5,7 +5,7 @@ first imported, and by default pick GLFW, which needs a display. This module the
 imported before either of them; ``bayes_planet.envs`` imports it first, and importing this module
 selects a backend (see :func:`select_gl_backend`):
 
-1. If the user set ``MUJOCO_GL``, it is respected and nothing is probed.
+1. If the user set ``MUJOCO_GL`` (to a non-empty value), it is respected and nothing is probed.
 2. Otherwise ``egl`` and then ``osmesa`` are tried, each in a short-lived subprocess that renders
    one 8x8 frame, so a failing backend cannot poison this process. The first that works is
    written to ``os.environ['MUJOCO_GL']`` (child processes inherit it and skip the probe).
@@ -180,10 +180,10 @@ def select_gl_backend():
     with _lock:
         if _selection_done:
             return _selected
-        user_choice = os.environ.get("MUJOCO_GL")
+        user_choice = os.environ.get("MUJOCO_GL", "").strip().lower()  # Empty counts as unset.
         dm_render = sys.modules.get("dm_control._render")
-        if user_choice is not None:
-            _selected = user_choice.strip().lower()
+        if user_choice:
+            _selected = user_choice
         elif dm_render is not None:
             _selected = dm_render.BACKEND
             _LOG.warning(

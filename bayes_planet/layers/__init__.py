@@ -6,6 +6,7 @@ prior is a *regularizer* collected in ``layer.losses`` (Tran et al., 2019).
 """
 
 from bayes_planet.layers import constraints, initializers, regularizers
+from bayes_planet.layers.base import BayesianLayer, bayesian_layers, fixed_noise
 from bayes_planet.layers.constraints import Exp, Positive, Softplus
 from bayes_planet.layers.conv import (
     Conv1DFlipout,
@@ -38,6 +39,9 @@ from bayes_planet.layers.regularizers import (
 )
 
 __all__ = [
+    "BayesianLayer",
+    "bayesian_layers",
+    "fixed_noise",
     "Conv1DFlipout",
     "Conv1DReparameterization",
     "Conv2DFlipout",

@@ -12,6 +12,7 @@ a per-layer int64 counter variable, so runs are reproducible with ``seed=``, the
 noise state is checkpointed with the model, and everything compiles under XLA.
 """
 
+import contextlib
 import functools
 import numbers
 import random
@@ -23,7 +24,15 @@ from bayes_planet._keras import keras
 from bayes_planet.layers.initializers import DistributionInitializer
 from bayes_planet.layers.noise import standard_normal
 
-__all__ = ["BayesianLayer", "check_positive_int", "moments", "split_seed", "standard_normal"]
+__all__ = [
+    "BayesianLayer",
+    "bayesian_layers",
+    "check_positive_int",
+    "fixed_noise",
+    "moments",
+    "split_seed",
+    "standard_normal",
+]
 
 
 def check_positive_int(name, value):
@@ -90,7 +99,13 @@ class BayesianLayer:
         self._ensure_seed_counter()
 
     def _next_seed(self):
-        """A fresh stateless seed ``[base_seed, counter]``; bumps the counter."""
+        """A fresh stateless seed ``[base_seed, counter]``; bumps the counter.
+
+        Inside `fixed_noise`, returns the block's seed instead (same noise each call).
+        """
+        fixed = getattr(self, "_fixed_seed", None)
+        if fixed is not None:
+            return fixed
         self._ensure_seed_counter()
         count = self._seed_counter.assign_add(1, read_value=True)
         count = tf.cast(count % (2**31 - 1), tf.int32)  # int32 seeds, as tfp expects.
@@ -107,6 +122,46 @@ class BayesianLayer:
                 config[key] = keras.saving.serialize_keras_object(value)
         config["seed"] = self.seed
         return config
+
+
+def bayesian_layers(module):
+    """All `BayesianLayer`s in a layer/model/module (itself included), in a stable order."""
+    candidates = [module] + list(getattr(module, "submodules", ()))
+    seen, found = set(), []
+    for layer in candidates:
+        if isinstance(layer, BayesianLayer) and id(layer) not in seen:
+            seen.add(id(layer))
+            found.append(layer)
+    return found
+
+
+@contextlib.contextmanager
+def fixed_noise(module, seed):
+    """Makes every Bayesian layer in ``module`` reuse one noise draw within the block.
+
+    Each layer gets its own seed (``seed`` folded with the layer's index) and
+    returns it from every ``_next_seed()`` call in the block, so repeated calls
+    reuse the same noise: for Reparameterization layers that is *one weight sample
+    held fixed* (e.g. over all time steps of a sequence, or one model sample for
+    a planner's rollout); for Flipout the same perturbation and, at equal batch
+    shape, the same per-example signs; for local reparameterization the same
+    standard-normal draws (not a fixed weight sample). Works under `tf.function`
+    (the seed may be a tensor) and XLA.
+
+    Args:
+      module: a layer, model or `tf.Module` containing Bayesian layers.
+      seed: a stateless seed, shape ``[2]`` int32 (tensor or list).
+    """
+    seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
+    layers = bayesian_layers(module)
+    for index, layer in enumerate(layers):
+        object.__setattr__(layer, "_fixed_seed",
+                           tf.random.experimental.stateless_fold_in(seed, index))
+    try:
+        yield layers
+    finally:
+        for layer in layers:
+            object.__setattr__(layer, "_fixed_seed", None)
 
 
 def _weight_loss(name, regularizer, initializer):
