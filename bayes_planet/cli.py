@@ -1,5 +1,7 @@
 """The ``bayes-planet`` command line.
 
+    bayes-planet train --task cartpole-swingup --preset cpu --logdir runs/x [--set key=value ...]
+    bayes-planet eval --logdir runs/x [--episodes 5] [--video]
     bayes-planet demo [--epochs 20] [--samples 20] [--seed 0]
 
 Errors in arguments are reported as one-line messages, not tracebacks.
@@ -17,6 +19,46 @@ def _demo(args):
     demo.run(epochs=args.epochs, samples=args.samples, seed=args.seed)
 
 
+def _train(args):
+    from bayes_planet import config as config_lib
+    from bayes_planet.training import Trainer
+
+    presets = [p for p in args.preset.split(",") if p] if args.preset else []
+    overrides = list(args.set or [])
+    if args.task:
+        overrides.insert(0, f"task={args.task}")
+    config = config_lib.load(presets, overrides)
+    trainer = Trainer(config, args.logdir)
+    records = trainer.run(progress=not args.quiet)
+    evals = [r["eval_return"] for r in records if "eval_return" in r]
+    print(f"done: {len(records)} episodes, {records[-1]['env_steps']} env steps, "
+          f"last eval return {evals[-1] if evals else float('nan'):.1f}; logdir {args.logdir}")
+
+
+def _eval(args):
+    import numpy as np
+
+    from bayes_planet import config as config_lib
+    from bayes_planet import envs
+    from bayes_planet.training import Trainer
+
+    path = f"{args.logdir}/config.yaml"
+    try:
+        config = config_lib.read(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no run in {args.logdir} (missing {path})") from None
+    trainer = Trainer(config, args.logdir)
+    returns = []
+    for i in range(args.episodes):
+        policy = trainer._py_policy(trainer.eval_policy, 2_000_000 + i)
+        episode, frames = trainer.collect(policy, trainer.py_eval_env, render=args.video)
+        returns.append(float(episode["reward"].sum()))
+        if args.video:
+            envs.write_video(np.stack(frames), f"{args.logdir}/videos/eval_cli_{i}.mp4", fps=20)
+    print(f"eval over {args.episodes} episodes: return {np.mean(returns):.1f} "
+          f"± {np.std(returns):.1f} ({', '.join(f'{r:.1f}' for r in returns)})")
+
+
 def _positive_int(text):
     value = int(text)
     if value < 1:
@@ -29,6 +71,19 @@ def build_parser():
         prog="bayes-planet",
         description="Bayesian Layers for Keras and a Bayesian PlaNet agent.")
     sub = parser.add_subparsers(dest="command", required=True)
+    train = sub.add_parser("train", help="train a (Bayesian) PlaNet agent")
+    train.add_argument("--task", default=None, help="e.g. cartpole-swingup (config: task)")
+    train.add_argument("--preset", default="", help="comma-separated presets, e.g. cpu,pixels")
+    train.add_argument("--logdir", required=True)
+    train.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="override any config key, e.g. --set train.batch_size=8")
+    train.add_argument("--quiet", action="store_true", help="no progress bar")
+    train.set_defaults(func=_train)
+    evaluate = sub.add_parser("eval", help="evaluate a trained agent")
+    evaluate.add_argument("--logdir", required=True)
+    evaluate.add_argument("--episodes", type=_positive_int, default=5)
+    evaluate.add_argument("--video", action="store_true")
+    evaluate.set_defaults(func=_eval)
     demo = sub.add_parser("demo", help="drop-in Bayesian CNN on scikit-learn's digits")
     demo.add_argument("--epochs", type=_positive_int, default=20)
     demo.add_argument("--samples", type=_positive_int, default=20,
@@ -42,7 +97,7 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, TypeError, FileNotFoundError) as e:
+    except (ValueError, TypeError, FileNotFoundError, KeyError) as e:
         print(f"bayes-planet {args.command}: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -1,0 +1,150 @@
+"""The Bayesian PlaNet world model: encoder, RSSM, observation and reward heads.
+
+Training objective per sequence chunk (Hafner et al., 2018, eq. 3; Tran et al.,
+2019, Sec. 3.2), averaged over batch and time::
+
+    loss = - E_q[log p(o_t | s_t)] - reward_scale * E_q[log p(r_t | s_t)]
+           + kl_scale * max(free_nats, mean_t KL(q(z_t | ...) || p(z_t | h_t)))
+           + weight_kl_scale * KL(q(W) || p(W)) / N
+
+where ``KL(q(W) || p(W))`` is the sum of the Bayesian transition layers' KL terms
+and ``N`` the number of transitions in the replay buffer: the loss is an average
+per transition, so the weight KL — a cost for the whole data set — is spread
+over every transition the model is trained on (the ELBO divided by N). Free nats
+are applied to the KL averaged over batch and time (as in Dreamer): below
+``free_nats`` the state KL has no gradient.
+
+Observation and reward heads are `bayes_planet.layers.Normal` output layers with
+unit scale, so ``head(x).log_prob(target)`` is the likelihood. Pixels are reduced
+to ``pixel_bits`` bits with uniform dequantization noise and centred (PlaNet).
+"""
+
+import tensorflow as tf
+
+from bayes_planet._keras import keras
+from bayes_planet.layers.outputs import Normal
+from bayes_planet.networks import MLP, ConvDecoder, ConvEncoder
+from bayes_planet.rssm import RSSM
+
+__all__ = ["WorldModel", "as_batch", "preprocess_image"]
+
+
+def preprocess_image(image, bits, seed=None):
+    """uint8 ``[0, 255]`` → ``bits``-bit, dequantized with uniform noise, in [-0.5, 0.5)."""
+    bins = 2.0 ** bits
+    x = tf.floor(tf.cast(image, tf.float32) / 2 ** (8 - bits)) / bins
+    if seed is not None:
+        x += tf.random.stateless_uniform(tf.shape(x), seed, 0.0, 1.0 / bins)
+    return x - 0.5
+
+
+class WorldModel(tf.Module):
+    """PlaNet world model with a Bayesian transition; see the module docstring.
+
+    Args:
+      config: the merged `bayes_planet.config.Config` (uses ``model``, ``loss``, ``train``).
+      obs_shape: observation shape (``(64, 64, 3)`` pixels or ``(D,)`` state).
+      action_size: action dimension.
+    """
+
+    def __init__(self, config, obs_shape, action_size, name="world_model"):
+        super().__init__(name=name)
+        m, self.loss_config, self.train_config = config.model, config.loss, config.train
+        self.pixels = len(obs_shape) == 3
+        self.obs_shape, self.action_size = tuple(obs_shape), int(action_size)
+        with self.name_scope:
+            if self.pixels:
+                self.encoder = ConvEncoder(m.cnn_depth)
+                self.decoder = ConvDecoder(m.cnn_depth, obs_shape[-1])
+            else:
+                self.encoder = MLP(m.mlp_units, m.mlp_layers)
+                self.decoder = MLP(m.mlp_units, m.mlp_layers, out=obs_shape[0])
+            self.reward_net = MLP(m.mlp_units, m.reward_layers, out=1)
+            self.obs_head = Normal(scale=1.0, event_ndims=len(obs_shape))
+            self.reward_head = Normal(scale=1.0, event_ndims=1)
+            self.rssm = RSSM(m.deter, m.stoch, m.hidden, m.min_stddev, m.estimator,
+                             m.bayesian_gru, m.weight_prior_stddev, seed=config.seed)
+            self.optimizer = keras.optimizers.Adam(self.train_config.learning_rate,
+                                                   epsilon=self.train_config.adam_epsilon)
+        self._build()
+        self.train_step = tf.function(self._train_step)
+
+    def _build(self):
+        obs = tf.zeros((1, 1) + self.obs_shape, tf.uint8 if self.pixels else tf.float32)
+        embed = self.encoder(self.observation(obs))
+        self.rssm.build_for(self.action_size, embed.shape[-1])
+        feat = self.rssm.features(self.rssm.initial(1))
+        self.obs_head(self.decoder(feat))
+        self.reward_head(self.reward_net(feat))
+        self.optimizer.build(self.trainable_variables)
+
+    def observation(self, obs, seed=None):
+        """Network input from raw observations (5-bit pixels or float states)."""
+        if self.pixels:
+            return preprocess_image(obs, self.train_config.pixel_bits, seed)
+        return tf.cast(obs, tf.float32)
+
+    def weight_kl(self):
+        """Sum of the Bayesian transition layers' KL terms (0 for PlaNet)."""
+        return tf.add_n(self.rssm.losses) if self.rssm.losses else tf.constant(0.0)
+
+    def loss(self, batch, seed, num_transitions):
+        """Loss and metrics for a batch ``{obs, action, reward}`` of ``[B, T, ...]``."""
+        noise_seed, rssm_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        obs = self.observation(batch["obs"], noise_seed)
+        post, prior = self.rssm.observe(self.encoder(obs), batch["action"], rssm_seed)
+        feat = self.rssm.features(post)
+        recon = tf.reduce_mean(self.obs_head(self.decoder(feat)).log_prob(obs))
+        reward_lp = tf.reduce_mean(
+            self.reward_head(self.reward_net(feat)).log_prob(batch["reward"][..., None]))
+        kl = tf.reduce_mean(self.rssm.kl(post, prior))
+        kl_loss = tf.maximum(kl, self.loss_config.free_nats)
+        weight_kl = self.weight_kl()
+        n = tf.cast(num_transitions, tf.float32)
+        loss = (-recon - self.loss_config.reward_scale * reward_lp
+                + self.loss_config.kl_scale * kl_loss
+                + self.loss_config.weight_kl_scale * weight_kl / n)
+        metrics = {"loss": loss, "obs_nll": -recon, "reward_nll": -reward_lp, "state_kl": kl,
+                   "weight_kl": weight_kl}
+        return loss, metrics
+
+    def _train_step(self, batch, seed, num_transitions):
+        variables = self.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, metrics = self.loss(batch, seed, num_transitions)
+        grads = tape.gradient(loss, variables)
+        grads, norm = tf.clip_by_global_norm(grads, self.train_config.grad_clip)
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        metrics["grad_norm"] = norm
+        return metrics
+
+    def predict_reward(self, state):
+        return self.reward_head(self.reward_net(self.rssm.features(state))).distribution.mean()[
+            ..., 0]
+
+    def open_loop(self, batch, context, seed):
+        """Observes ``context`` steps, then imagines the rest with the prior.
+
+        Returns (truth, prediction) observations ``[B, T, ...]`` (model means); pixels
+        in [0, 1].
+        """
+        seed_a, seed_b = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        obs = self.observation(batch["obs"])
+        embed = self.encoder(obs[:, :context])
+        post, _ = self.rssm.observe(embed, batch["action"][:, :context], seed_a)
+        last = {k: v[:, -1] for k, v in post.items()}
+        prior = self.rssm.imagine(batch["action"][:, context:], last, seed_b)
+        feats = tf.concat([self.rssm.features(post), self.rssm.features(prior)], 1)
+        pred = self.obs_head(self.decoder(feats)).distribution.mean()
+        if self.pixels:
+            obs, pred = obs + 0.5, tf.clip_by_value(pred + 0.5, 0.0, 1.0)
+        return obs, pred
+
+
+def as_batch(chunk, obs_key):
+    """Replay chunk (numpy dict) → the model's batch dict of tensors."""
+    return {"obs": tf.convert_to_tensor(chunk[obs_key]),
+            "action": tf.convert_to_tensor(chunk["action"], tf.float32),
+            "reward": tf.convert_to_tensor(chunk["reward"], tf.float32)}
+
+
