@@ -21,13 +21,14 @@ def _demo(args):
 
 def _train(args):
     from bayes_planet import config as config_lib
-    from bayes_planet.training import Trainer
 
     presets = [p for p in args.preset.split(",") if p] if args.preset else []
     overrides = list(args.set or [])
     if args.task:
         overrides.insert(0, f"task={args.task}")
-    config = config_lib.load(presets, overrides)
+    config = config_lib.load(presets, overrides)  # Fails fast, before TensorFlow loads.
+    from bayes_planet.training import Trainer
+
     trainer = Trainer(config, args.logdir)
     records = trainer.run(progress=not args.quiet)
     evals = [r["eval_return"] for r in records if "eval_return" in r]

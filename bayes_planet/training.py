@@ -81,7 +81,6 @@ class Trainer:
 
     def __init__(self, config, logdir):
         self.config, self.logdir = config, pathlib.Path(logdir)
-        self._check_logdir()
         c = config
         size = (c.env.image_size, c.env.image_size)
         self.env = envs.make(c.task, obs_type=c.obs_type, seed=c.seed,
@@ -90,6 +89,7 @@ class Trainer:
         self.eval_env = envs.make(c.task, obs_type=c.obs_type, seed=c.seed + 10_000,
                                   action_repeat=c.env.action_repeat, size=size,
                                   episode_length=c.env.episode_length)
+        self._check_logdir()  # After the task is known to exist.
         self.py_env, self.py_eval_env = TFAgentsEnv(self.env), TFAgentsEnv(self.eval_env)
         self.obs_key = next(iter(self.env.observation_spec()))
         obs_shape = self.env.observation_spec()[self.obs_key].shape

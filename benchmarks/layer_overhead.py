@@ -36,7 +36,7 @@ def make_step(layer, x, dataset_size=50_000):
             if layer.losses:
                 loss += tf.add_n(layer.losses) / dataset_size
         grads = tape.gradient(loss, layer.trainable_variables)
-        opt.apply_gradients(zip(grads, layer.trainable_variables))
+        opt.apply_gradients(zip(grads, layer.trainable_variables, strict=True))
         return loss
 
     step()

@@ -5,7 +5,7 @@ whose weights carry a posterior (a *distribution initializer*) and whose KL to t
 prior is a *regularizer* collected in ``layer.losses`` (Tran et al., 2019).
 """
 
-from bayes_planet.layers import constraints, initializers, regularizers
+from bayes_planet.layers import constraints, initializers, kernels, regularizers, tracing
 from bayes_planet.layers.base import BayesianLayer, bayesian_layers, fixed_noise
 from bayes_planet.layers.constraints import Exp, Positive, Softplus
 from bayes_planet.layers.conv import (
@@ -22,6 +22,12 @@ from bayes_planet.layers.dense import (
     DenseReparameterization,
     DenseVariationalDropout,
 )
+from bayes_planet.layers.gaussian_process import (
+    GaussianProcess,
+    SparseGaussianProcess,
+    TrainableMultivariateNormal,
+    WhitenedKLDivergence,
+)
 from bayes_planet.layers.initializers import (
     DistributionInitializer,
     FixedNormal,
@@ -30,6 +36,18 @@ from bayes_planet.layers.initializers import (
     TrainableHeNormal,
     TrainableNormal,
 )
+from bayes_planet.layers.kernels import (
+    ConstantMean,
+    ExponentiatedQuadratic,
+    Linear,
+    LinearMean,
+    Matern12,
+    Matern32,
+    Matern52,
+    ZeroMean,
+)
+from bayes_planet.layers.point_process import GridPoissonProcess, PoissonProcess
+from bayes_planet.layers.random_features import RandomFourierFeatures
 from bayes_planet.layers.random_variable import RandomVariable
 from bayes_planet.layers.regularizers import (
     LogUniformKLDivergence,
@@ -37,11 +55,11 @@ from bayes_planet.layers.regularizers import (
     NormalKLDivergence,
     set_dataset_size,
 )
+from bayes_planet.layers.tracing import condition, intercept, tape
 
 __all__ = [
     "BayesianLayer",
-    "bayesian_layers",
-    "fixed_noise",
+    "ConstantMean",
     "Conv1DFlipout",
     "Conv1DReparameterization",
     "Conv2DFlipout",
@@ -54,19 +72,40 @@ __all__ = [
     "DenseVariationalDropout",
     "DistributionInitializer",
     "Exp",
+    "ExponentiatedQuadratic",
     "FixedNormal",
+    "GaussianProcess",
+    "GridPoissonProcess",
+    "Linear",
+    "LinearMean",
     "LogUniformKLDivergence",
+    "Matern12",
+    "Matern32",
+    "Matern52",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
+    "PoissonProcess",
     "Positive",
+    "RandomFourierFeatures",
     "RandomVariable",
     "Softplus",
+    "SparseGaussianProcess",
     "TrainableDeterministic",
     "TrainableGlorotNormal",
     "TrainableHeNormal",
+    "TrainableMultivariateNormal",
     "TrainableNormal",
+    "WhitenedKLDivergence",
+    "ZeroMean",
+    "bayesian_layers",
+    "condition",
     "constraints",
+    "fixed_noise",
     "initializers",
+    "intercept",
+    "kernels",
     "regularizers",
     "set_dataset_size",
+    "tape",
+    "tracing",
 ]

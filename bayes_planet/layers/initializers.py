@@ -61,6 +61,9 @@ class DistributionInitializer(keras.layers.Layer):
 
     def build(self, shape, dtype=None):
         self.weight_shape = tf.TensorShape(shape)
+        dtype = tf.as_dtype(dtype or tf.float32)
+        # Variational parameters keep the variable dtype (float32 under mixed precision).
+        self.param_dtype = dtype if dtype.is_floating else tf.float32
         self.built = True
 
     def loc(self):
@@ -94,7 +97,7 @@ class DistributionInitializer(keras.layers.Layer):
         return self.add_weight(
             name=name,
             shape=self.weight_shape,
-            dtype=dtype or tf.float32,
+            dtype=dtype or self.param_dtype,
             initializer=initializer,
             constraint=constraint,
             trainable=trainable,
@@ -219,10 +222,10 @@ class FixedNormal(DistributionInitializer):
         self.mean_value, self.stddev_value = float(mean), float(stddev)
 
     def loc(self):
-        return tf.fill(self.weight_shape, tf.constant(self.mean_value, tf.float32))
+        return tf.fill(self.weight_shape, tf.constant(self.mean_value, self.param_dtype))
 
     def scale(self):
-        return tf.fill(self.weight_shape, tf.constant(self.stddev_value, tf.float32))
+        return tf.fill(self.weight_shape, tf.constant(self.stddev_value, self.param_dtype))
 
     def get_config(self):
         config = super().get_config()

@@ -46,6 +46,8 @@ __all__ = [
     "MeanFunction",
     "ZeroMean",
     "get",
+    "inverse_softplus",
+    "serialize",
 ]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
@@ -373,5 +375,12 @@ def get(identifier, dtype=None):
 
 
 def serialize(layer):
-    """Config dict of a kernel or mean function (None stays None)."""
-    return None if layer is None else keras.saving.serialize_keras_object(layer)
+    """Config dict of a kernel or mean function (None stays None).
+
+    Leaves out Keras' ``build_config``: these layers build on their first call.
+    """
+    if layer is None:
+        return None
+    config = keras.saving.serialize_keras_object(layer)
+    config.pop("build_config", None)
+    return config

@@ -75,8 +75,9 @@ class KLRegularizer(keras.regularizers.Regularizer):
         self.dataset_size = None if dataset_size is None else int(dataset_size)
 
     def __call__(self, x):
+        divergence = self.divergence(x)
         weight = self.scale_factor / (self.dataset_size or 1)
-        return tf.cast(weight, tf.float32) * self.divergence(x)
+        return tf.constant(weight, divergence.dtype) * divergence
 
     def divergence(self, x):
         raise NotImplementedError

@@ -12,7 +12,7 @@ Programming"; Bayesian Layers, Fig. 8 and Fig. 13):
   ``t`` is an ordered dict ``name -> RandomVariable`` in creation order.
 - ``with condition(z=value): program()`` makes the random variable named ``z`` take
   ``value`` (a Tensor, array or another `RandomVariable`) instead of a sample; all
-  others are untouched.
+  others are untouched. Of nested conditions on one name the innermost wins.
 
 Together they separate a *model* program from a *posterior* program::
 
@@ -67,8 +67,14 @@ def _stack():
     return _STATE.stack
 
 
-def _make(distribution, name, sample_shape=(), value=None, seed=None):
+_CONDITIONED = "_conditioned"  # Marks a value set by `condition` (inner contexts win).
+
+
+def _make(distribution, name, sample_shape=(), value=None, seed=None, **kwargs):
     del name  # The name only matters to interceptors.
+    kwargs.pop(_CONDITIONED, None)
+    if kwargs:
+        raise TypeError(f"Unexpected random variable arguments: {sorted(kwargs)}")
     return RandomVariable(distribution, sample_shape=sample_shape, value=value, seed=seed)
 
 
@@ -153,7 +159,9 @@ def condition(**values):
     def set_value(next_fn, distribution, name, **kwargs):
         if name in values:
             used.add(name)
-            kwargs["value"] = values[name]
+            if not kwargs.get(_CONDITIONED):  # An inner condition on the name wins.
+                kwargs["value"] = values[name]
+                kwargs[_CONDITIONED] = True
         return next_fn(distribution, name, **kwargs)
 
     with intercept(set_value):

@@ -1,0 +1,103 @@
+"""The planner policy and the command line: spec, seeds, end-to-end debug run, errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.environments import tf_py_environment
+
+from bayes_planet import config as config_lib
+from bayes_planet import envs
+from bayes_planet.agent import PlannerPolicy
+from bayes_planet.envs.tf_agents_env import TFAgentsEnv
+from bayes_planet.world_model import WorldModel
+
+
+@pytest.fixture(scope="module")
+def setup():
+    config = config_lib.load(["debug"], ["planner.weight_samples=2", "planner.beta=0.5"])
+    env = envs.make("cartpole-swingup", obs_type="state", seed=0, episode_length=80)
+    tf_env = tf_py_environment.TFPyEnvironment(TFAgentsEnv(env))
+    model = WorldModel(config, env.observation_spec()["state"].shape, 1)
+    yield config, tf_env, model
+    env.close()
+
+
+def test_policy_respects_the_action_spec_and_seeds(setup):
+    config, tf_env, model = setup
+    noisy = config_lib.load(["debug"], ["planner.exploration_noise=5.0"])
+    for planner, explore in ((config.planner, False), (noisy.planner, True)):
+        policy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, planner,
+                               explore=explore)
+        time_step = tf_env.reset()
+        state = policy.get_initial_state(1)
+        actions = []
+        for i in range(3):
+            step = policy.action(time_step, state, seed=tf.constant([1, i]))
+            actions.append(step.action.numpy())
+            assert step.action.shape == (1, 1)
+            assert np.all(np.abs(step.action.numpy()) <= 1.0)
+            again = policy.action(time_step, state, seed=tf.constant([1, i]))
+            np.testing.assert_array_equal(step.action.numpy(), again.action.numpy())
+            state = step.state
+            time_step = tf_env.step(step.action)
+        other = policy.action(time_step, state, seed=tf.constant([9, 9]))
+        assert not np.array_equal(other.action.numpy(), actions[-1])
+    # With huge exploration noise, clipping is what keeps actions in the spec.
+    assert np.any(np.abs(np.concatenate(actions)) == 1.0)
+
+
+def test_policy_state_carries_the_belief(setup):
+    config, tf_env, model = setup
+    policy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, config.planner)
+    time_step = tf_env.reset()
+    step = policy.action(time_step, policy.get_initial_state(1), seed=tf.constant([0, 0]))
+    assert set(step.state) == {"mean", "std", "stoch", "deter", "action"}
+    np.testing.assert_array_equal(step.state["action"].numpy(), step.action.numpy())
+    # The first posterior depends on the observation (the GRU state is still 0 there).
+    assert float(tf.reduce_sum(tf.abs(step.state["mean"]))) > 0
+
+
+def _cli(*args, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-m", "bayes_planet.cli", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_debug_run_end_to_end_then_eval(tmp_path):
+    """collect, train, plan, evaluate, checkpoint, video — the run CI exercises."""
+    logdir = tmp_path / "run"
+    result = _cli("train", "--preset", "debug", "--logdir", str(logdir), "--quiet")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "done: 3 episodes" in result.stdout
+    records = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["episode"] for r in records] == [1, 2, 3]
+    assert records[-1]["updates"] == 3 and "eval_return" in records[-1]
+    assert np.isfinite(records[-1]["loss"]) and records[-1]["weight_kl"] > 0
+    for name in ("learning_curve.png", "config.yaml", "checkpoints/checkpoint"):
+        assert (logdir / name).exists(), name
+    assert list(logdir.glob("events.out.tfevents.*"))
+    assert list((logdir / "videos").glob("eval_*.gif"))
+    assert len(list((logdir / "episodes").glob("*.npz"))) == 3
+
+    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1", "--video")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "eval over 1 episodes" in result.stdout
+    assert (logdir / "videos" / "eval_cli_0.mp4").stat().st_size > 0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--task", "cartpole-swingupp", "--preset", "debug"], "cartpole-swingup"),
+    (["train", "--preset", "debug", "--set", "train.batchsize=3"], "unknown config key"),
+    (["train", "--preset", "debugg"], "unknown preset"),
+    (["eval", "--episodes", "1"], "no run in"),
+])
+def test_cli_errors_are_messages_not_tracebacks(tmp_path, args, message):
+    result = _cli(*args, "--logdir", str(tmp_path / "x"))
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
