@@ -41,34 +41,52 @@ class EpisodeRecorder:
 
     Converts TF-Agents' ``(o_t, a_t, r_{t+1})`` trajectories to the replay layout
     where ``action[t]``/``reward[t]`` are the action that led to ``o_t`` and the
-    reward received on arriving there (both 0 at ``t = 0``). Optionally renders a
-    frame per step for videos.
+    reward received on arriving there (both 0 at ``t = 0``). With ``info_fn`` it also
+    stores the true physics state of every observation as ``physics`` (for latent
+    probes); optionally renders a frame per step for videos.
     """
 
-    def __init__(self, obs_key, action_size, render_fn=None):
+    def __init__(self, obs_key, action_size, render_fn=None, info_fn=None):
         self.obs_key, self.action_size, self.render_fn = obs_key, action_size, render_fn
+        self.info_fn = info_fn
         self.episodes = []
         self._reset()
 
     def _reset(self):
-        self.obs, self.action, self.reward, self.frames = [], [], [], []
+        self.obs, self.action, self.reward, self.frames, self.physics = [], [], [], [], []
+
+    def start(self):
+        """Call after the environment reset: records the first observation's state."""
+        if self.info_fn is not None:
+            self._first_physics = _physics(self.info_fn())
 
     def __call__(self, traj):
         if traj.is_first():
             self._reset()
             self.action.append(np.zeros(self.action_size, np.float32))
             self.reward.append(np.float32(0.0))
+            if self.info_fn is not None:
+                self.physics.append(self._first_physics)
         self.obs.append(np.asarray(traj.observation[self.obs_key]))
         if self.render_fn is not None:
             self.frames.append(self.render_fn())
         if traj.is_last():
             episode = {"obs": np.stack(self.obs), "action": np.stack(self.action),
                        "reward": np.asarray(self.reward, np.float32)}
+            if self.info_fn is not None:
+                episode["physics"] = np.stack(self.physics)
             self.episodes.append((episode, self.frames))
             self._reset()
         else:
             self.action.append(np.asarray(traj.action, np.float32))
             self.reward.append(np.float32(traj.reward))
+            if self.info_fn is not None:  # The env already stepped: this is o_{t+1}'s state.
+                self.physics.append(_physics(self.info_fn()))
+
+
+def _physics(info):
+    """The flat true physics state (qpos, qvel, act) from an env info dict."""
+    return np.asarray(info["physics_state"], np.float64)
 
 
 class Trainer:
@@ -129,9 +147,11 @@ class Trainer:
         """Runs one episode with a TF-Agents PyDriver; returns (episode, frames)."""
         action_size = self.env.action_spec().shape[0]
         render_fn = py_env.render if render else None
-        recorder = EpisodeRecorder(self.obs_key, action_size, render_fn)
+        recorder = EpisodeRecorder(self.obs_key, action_size, render_fn, py_env.get_info)
         driver = py_driver.PyDriver(py_env, policy, observers=[recorder], max_episodes=1)
-        driver.run(py_env.reset(), policy.get_initial_state(1))
+        time_step = py_env.reset()
+        recorder.start()
+        driver.run(time_step, policy.get_initial_state(1))
         return recorder.episodes[-1]
 
     def _py_policy(self, policy, episode_index):
