@@ -1,0 +1,15 @@
+"""Planners over action sequences for model-predictive control (PlaNet's CEM).
+
+* :func:`cross_entropy_method`: CEM over open-loop action sequences (Rubinstein, 1997;
+  Hafner et al., 2018), one vectorized ``objective_fn`` call per iteration.
+* :func:`random_shooting`: the best of uniformly sampled sequences, a baseline.
+* :func:`uncertainty_aware_score`: ``mean + beta * std`` of returns across world-model
+  samples (optimistic, neutral or risk-averse planning).
+
+See ``docs/planning.md``.
+"""
+
+from bayes_planet.planners.cem import cross_entropy_method, random_shooting
+from bayes_planet.planners.objectives import uncertainty_aware_score
+
+__all__ = ["cross_entropy_method", "random_shooting", "uncertainty_aware_score"]

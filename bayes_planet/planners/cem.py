@@ -1,0 +1,232 @@
+"""Sampling-based planners over open-loop action sequences: CEM and random shooting.
+
+Both planners maximize a black-box ``objective_fn`` that scores a batch of candidate action
+sequences in **one** call::
+
+    scores = objective_fn(actions)  # actions [*batch_shape, N, horizon, action_dim]
+                                    # scores  [*batch_shape, N], higher is better
+
+They are pure TensorFlow functions with static shapes: they run eagerly, inside ``tf.function``
+and under XLA (``jit_compile=True``), and are reproducible given ``seed`` (stateless sampling).
+"""
+
+import numbers
+
+import numpy as np
+import tensorflow as tf
+
+__all__ = ["cross_entropy_method", "random_shooting"]
+
+
+def cross_entropy_method(
+    objective_fn,
+    horizon,
+    action_dim,
+    action_low,
+    action_high,
+    num_candidates=1000,
+    top_k=100,
+    iterations=10,
+    seed=None,
+    initial_mean=None,
+    initial_stddev=None,
+    batch_shape=(),
+    dtype=tf.float32,
+):
+    """Plans an action sequence with the cross-entropy method (CEM).
+
+    CEM (Rubinstein, 1997, "Optimization of computer simulation models with rare events";
+    as used for planning in PlaNet, Hafner et al., 2018, "Learning Latent Dynamics for
+    Planning from Pixels", Alg. 2) keeps a diagonal Gaussian belief over action sequences
+    ``q = N(mean, diag(stddev**2))`` of shape ``[horizon, action_dim]`` and repeats
+    ``iterations`` times:
+
+    1. draw ``num_candidates`` sequences from ``q`` and clip them to
+       ``[action_low, action_high]``;
+    2. score all of them with one call of ``objective_fn``;
+    3. refit ``mean`` and ``stddev`` (per time step and action dimension) to the ``top_k``
+       highest-scoring candidates.
+
+    The final ``mean`` is returned; an MPC agent executes its first action and replans.
+    ``q`` starts at ``initial_mean`` (default: the middle of the box, 0 for ``[-1, 1]``) and
+    ``initial_stddev`` (default: half the box width, 1 for ``[-1, 1]``), PlaNet's choice.
+    Warm-starting is done by passing the previous plan shifted by one step as
+    ``initial_mean``. NaN scores are treated as ``-inf``.
+
+    Args:
+        objective_fn: Callable ``actions -> scores``; ``actions`` is ``[*batch_shape,
+            num_candidates, horizon, action_dim]`` of ``dtype``, ``scores`` is
+            ``[*batch_shape, num_candidates]`` (to be maximized).
+        horizon: Positive int, planning horizon (PlaNet: 12).
+        action_dim: Positive int, size of one action.
+        action_low: Lower bound, a scalar or ``[action_dim]`` (python, numpy or tensor).
+        action_high: Upper bound, same shape rules; must exceed ``action_low`` elementwise.
+        num_candidates: Positive int, sequences sampled per iteration (PlaNet: 1000).
+        top_k: Positive int ``<= num_candidates``, elite set size (PlaNet: 100).
+        iterations: Positive int, refitting rounds (PlaNet: 10).
+        seed: ``None`` (fresh randomness on every call), a non-negative int, or a shape-``[2]``
+            int32/int64 tensor (stateless seed). The same seed gives the same plan.
+        initial_mean: Optional, broadcastable to ``[*batch_shape, horizon, action_dim]``.
+        initial_stddev: Optional, broadcastable to ``[*batch_shape, horizon, action_dim]``.
+        batch_shape: Tuple of positive ints; independent planning problems solved at once.
+        dtype: Floating dtype of the actions.
+
+    Returns:
+        The planned action sequence (the final mean), ``[*batch_shape, horizon, action_dim]``,
+        within the bounds.
+
+    Raises:
+        ValueError: For a non-positive size, ``top_k > num_candidates``, bounds with
+            ``action_low >= action_high``, a bad seed or ``batch_shape``, or scores of the
+            wrong shape.
+    """
+    horizon = _check_positive_int("horizon", horizon)
+    action_dim = _check_positive_int("action_dim", action_dim)
+    num_candidates = _check_positive_int("num_candidates", num_candidates)
+    top_k = _check_positive_int("top_k", top_k)
+    iterations = _check_positive_int("iterations", iterations)
+    if top_k > num_candidates:
+        raise ValueError(f"Expected top_k <= num_candidates={num_candidates}. "
+                         f"Received: top_k={top_k}")
+    batch_shape = _check_batch_shape(batch_shape)
+    dtype = _check_dtype(dtype)
+    low, high = _check_bounds(action_low, action_high, action_dim, dtype)
+    seeds = tf.random.experimental.stateless_split(_to_seed(seed), iterations)
+
+    event_shape = (*batch_shape, horizon, action_dim)
+    mean = (low + high) / 2 if initial_mean is None else tf.cast(initial_mean, dtype)
+    stddev = (high - low) / 2 if initial_stddev is None else tf.cast(initial_stddev, dtype)
+    mean = tf.broadcast_to(mean, event_shape)
+    stddev = tf.broadcast_to(stddev, event_shape)
+    candidate_shape = (*batch_shape, num_candidates, horizon, action_dim)
+    axis = len(batch_shape)  # The candidate axis.
+
+    def body(i, mean, stddev):
+        noise = tf.random.stateless_normal(candidate_shape, seeds[i], dtype=dtype)
+        actions = tf.expand_dims(mean, axis) + tf.expand_dims(stddev, axis) * noise
+        actions = tf.clip_by_value(actions, low, high)
+        scores = _score(objective_fn, actions, candidate_shape[:axis + 1])
+        _, elite = tf.math.top_k(scores, k=top_k, sorted=False)
+        elite_actions = tf.gather(actions, elite, axis=axis, batch_dims=axis)
+        mean, variance = tf.nn.moments(elite_actions, axes=[axis])
+        return i + 1, mean, tf.sqrt(variance)
+
+    _, mean, _ = tf.while_loop(
+        lambda i, *_: i < iterations,
+        body,
+        (tf.constant(0), mean, stddev),
+        maximum_iterations=iterations,
+    )
+    return mean
+
+
+def random_shooting(
+    objective_fn,
+    horizon,
+    action_dim,
+    action_low,
+    action_high,
+    num_candidates=1000,
+    seed=None,
+    batch_shape=(),
+    dtype=tf.float32,
+):
+    """Returns the best of ``num_candidates`` action sequences drawn uniformly in the box.
+
+    The random-shooting baseline of model-predictive control (e.g. Nagabandi et al., 2018):
+    no refitting, one call of ``objective_fn``. Arguments, seeding and shapes are as in
+    :func:`cross_entropy_method`; the result is ``[*batch_shape, horizon, action_dim]``.
+    """
+    horizon = _check_positive_int("horizon", horizon)
+    action_dim = _check_positive_int("action_dim", action_dim)
+    num_candidates = _check_positive_int("num_candidates", num_candidates)
+    batch_shape = _check_batch_shape(batch_shape)
+    dtype = _check_dtype(dtype)
+    low, high = _check_bounds(action_low, action_high, action_dim, dtype)
+    candidate_shape = (*batch_shape, num_candidates, horizon, action_dim)
+    axis = len(batch_shape)
+    uniform = tf.random.stateless_uniform(candidate_shape, _to_seed(seed), dtype=dtype)
+    actions = low + (high - low) * uniform
+    scores = _score(objective_fn, actions, candidate_shape[:axis + 1])
+    best = tf.argmax(scores, axis=-1, output_type=tf.int32)
+    return tf.gather(actions, best, axis=axis, batch_dims=axis)
+
+
+# ---------------------------------------------------------------- helpers
+def _score(objective_fn, actions, expected_shape):
+    scores = tf.convert_to_tensor(objective_fn(actions))
+    if not scores.shape.is_compatible_with(expected_shape):
+        raise ValueError(f"Expected objective_fn to return scores of shape {list(expected_shape)}"
+                         f". Received: scores.shape={scores.shape}")
+    scores = tf.ensure_shape(scores, expected_shape)
+    if scores.dtype.is_floating:
+        scores = tf.where(tf.math.is_nan(scores), tf.constant(-np.inf, scores.dtype), scores)
+    return scores
+
+
+def _check_positive_int(name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"Expected a positive integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def _check_batch_shape(batch_shape):
+    if isinstance(batch_shape, tf.TensorShape):
+        batch_shape = batch_shape.as_list() if batch_shape.rank is not None else None
+    try:
+        dims = tuple(batch_shape)
+    except TypeError:
+        dims = None
+    if dims is None or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1
+                           for d in dims):
+        raise ValueError("Expected batch_shape to be a tuple of positive integers. "
+                         f"Received: batch_shape={batch_shape!r}")
+    return tuple(int(d) for d in dims)
+
+
+def _check_dtype(dtype):
+    dtype = tf.as_dtype(dtype)
+    if not dtype.is_floating:
+        raise ValueError(f"Expected a floating dtype. Received: dtype={dtype!r}")
+    return dtype
+
+
+def _check_bounds(action_low, action_high, action_dim, dtype):
+    """Bounds as ``[action_dim]`` tensors; statically known bounds are checked eagerly."""
+    bounds = []
+    for name, value in (("action_low", action_low), ("action_high", action_high)):
+        tensor = tf.cast(value, dtype)
+        if tensor.shape.rank is None or tensor.shape.rank > 1 or not (
+                tensor.shape.rank == 0 or tensor.shape[0] in (1, action_dim, None)):
+            raise ValueError(f"Expected {name} to be a scalar or of shape [{action_dim}]. "
+                             f"Received: {name} with shape {tensor.shape}")
+        bounds.append(tf.broadcast_to(tensor, [action_dim]))
+    low, high = bounds
+    static_low, static_high = tf.get_static_value(low), tf.get_static_value(high)
+    if static_low is not None and static_high is not None:
+        if not np.all(np.isfinite(static_low)) or not np.all(np.isfinite(static_high)):
+            raise ValueError("Expected finite action bounds. Received: "
+                             f"action_low={action_low!r}, action_high={action_high!r}")
+        if not np.all(static_low < static_high):
+            raise ValueError("Expected action_low < action_high elementwise. Received: "
+                             f"action_low={action_low!r}, action_high={action_high!r}")
+    return low, high
+
+
+def _to_seed(seed):
+    """A stateless shape-``[2]`` int seed from ``None``, an int, or a ``[2]`` tensor."""
+    if seed is None:
+        return tf.random.uniform([2], maxval=tf.int32.max, dtype=tf.int32)
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        if not 0 <= seed < 2**63:
+            raise ValueError(f"Expected a non-negative integer seed. Received: seed={seed!r}")
+        return tf.constant([seed >> 31, seed & (2**31 - 1)], tf.int64)
+    if isinstance(seed, bool) or isinstance(seed, float):
+        raise ValueError(f"Expected an int or a shape-[2] integer tensor. Received: seed={seed!r}")
+    seed = tf.convert_to_tensor(seed)
+    if not seed.dtype.is_integer or not seed.shape.is_compatible_with([2]):
+        raise ValueError("Expected an int or a shape-[2] integer tensor. "
+                         f"Received: seed with dtype {seed.dtype.name} and shape {seed.shape}")
+    if seed.dtype not in (tf.int32, tf.int64):
+        seed = tf.cast(seed, tf.int64)
+    return tf.ensure_shape(seed, [2])
