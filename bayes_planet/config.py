@@ -4,6 +4,10 @@
 ``defaults`` ← each preset in order ← each override, validates that every key
 exists in ``defaults`` and that each value has the default's type, and returns a
 read-only `Config` with attribute access (``config.train.batch_size``).
+
+The agent's YAML is ``bayes_planet/configs.yaml``; experiment scripts pass their
+own ``path=`` (a YAML with ``defaults`` and the presets, either under a
+``presets`` key or at the top level).
 """
 
 import copy
@@ -49,14 +53,18 @@ class Config:
         return copy.deepcopy(self._data)
 
 
-def _raw():
-    with open(_PATH) as f:
-        return yaml.safe_load(f)
+def _raw(path=None):
+    with open(path or _PATH) as f:
+        raw = yaml.safe_load(f)
+    if "presets" not in raw:
+        raw = {"defaults": raw["defaults"],
+               "presets": {k: v for k, v in raw.items() if k != "defaults"}}
+    return raw
 
 
-def presets():
+def presets(path=None):
     """Names of the available presets."""
-    return sorted(_raw()["presets"])
+    return sorted(_raw(path)["presets"])
 
 
 def _keys(tree, prefix=""):
@@ -107,9 +115,9 @@ def _parse_override(text):
     return tree
 
 
-def load(presets=(), overrides=()):
+def load(presets=(), overrides=(), path=None):
     """Merges defaults, presets (in order) and ``key=value`` overrides into a Config."""
-    raw = _raw()
+    raw = _raw(path)
     defaults = raw["defaults"]
     config = copy.deepcopy(defaults)
     for name in presets:
@@ -129,10 +137,11 @@ def write(config, path):
         yaml.safe_dump(config.to_dict(), f, sort_keys=False)
 
 
-def read(path):
+def read(path, defaults_path=None):
     """Reads a config written by `write` (validated against the defaults)."""
     with open(path) as f:
         data = yaml.safe_load(f)
-    config = copy.deepcopy(_raw()["defaults"])
-    _merge(config, data, _raw()["defaults"])
+    defaults = _raw(defaults_path)["defaults"]
+    config = copy.deepcopy(defaults)
+    _merge(config, data, defaults)
     return Config(config)
