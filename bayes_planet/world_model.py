@@ -21,8 +21,9 @@ to ``pixel_bits`` bits with uniform dequantization noise and centred (PlaNet).
 
 import tensorflow as tf
 
+from bayes_planet import distribute
 from bayes_planet._keras import keras
-from bayes_planet.layers.outputs import Normal
+from bayes_planet.layers import Normal
 from bayes_planet.networks import MLP, ConvDecoder, ConvEncoder
 from bayes_planet.rssm import RSSM
 
@@ -41,18 +42,27 @@ def preprocess_image(image, bits, seed=None):
 class WorldModel(tf.Module):
     """PlaNet world model with a Bayesian transition; see the module docstring.
 
+    Data parallelism: pass a `tf.distribute.Strategy` (see `bayes_planet.distribute`;
+    default: the strategy in scope, i.e. none). Variables and optimizer are created under
+    its scope; `train_step` takes the *global* batch, each replica trains on its rows,
+    batch means are all-reduced (`distribute.global_mean`, so free nats apply to the
+    global mean), the weight KL is counted once and the summed gradients are clipped
+    and applied identically on every replica. The returned metrics are global.
+
     Args:
       config: the merged `bayes_planet.config.Config` (uses ``model``, ``loss``, ``train``).
       obs_shape: observation shape (``(64, 64, 3)`` pixels or ``(D,)`` state).
       action_size: action dimension.
+      strategy: optional `tf.distribute.Strategy`.
     """
 
-    def __init__(self, config, obs_shape, action_size, name="world_model"):
+    def __init__(self, config, obs_shape, action_size, name="world_model", strategy=None):
         super().__init__(name=name)
         m, self.loss_config, self.train_config = config.model, config.loss, config.train
         self.pixels = len(obs_shape) == 3
         self.obs_shape, self.action_size = tuple(obs_shape), int(action_size)
-        with self.name_scope:
+        self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
+        with self.strategy.scope(), self.name_scope:
             if self.pixels:
                 self.encoder = ConvEncoder(m.cnn_depth)
                 self.decoder = ConvDecoder(m.cnn_depth, obs_shape[-1])
@@ -66,7 +76,8 @@ class WorldModel(tf.Module):
                              m.bayesian_gru, m.weight_prior_stddev, seed=config.seed)
             self.optimizer = keras.optimizers.Adam(self.train_config.learning_rate,
                                                    epsilon=self.train_config.adam_epsilon)
-        self._build()
+        with self.strategy.scope():
+            self._build()
         self.train_step = tf.function(self._train_step)
 
     def _build(self):
@@ -94,10 +105,11 @@ class WorldModel(tf.Module):
         obs = self.observation(batch["obs"], noise_seed)
         post, prior = self.rssm.observe(self.encoder(obs), batch["action"], rssm_seed)
         feat = self.rssm.features(post)
-        recon = tf.reduce_mean(self.obs_head(self.decoder(feat)).log_prob(obs))
-        reward_lp = tf.reduce_mean(
-            self.reward_head(self.reward_net(feat)).log_prob(batch["reward"][..., None]))
-        kl = tf.reduce_mean(self.rssm.kl(post, prior))
+        # Means over batch and time (over the global batch under a strategy).
+        recon, reward_lp, kl = distribute.global_mean([
+            self.obs_head(self.decoder(feat)).log_prob(obs),
+            self.reward_head(self.reward_net(feat)).log_prob(batch["reward"][..., None]),
+            self.rssm.kl(post, prior)])
         kl_loss = tf.maximum(kl, self.loss_config.free_nats)
         weight_kl = self.weight_kl()
         n = tf.cast(num_transitions, tf.float32)
@@ -109,12 +121,26 @@ class WorldModel(tf.Module):
         return loss, metrics
 
     def _train_step(self, batch, seed, num_transitions):
+        metrics = self.strategy.run(self._replica_step, (batch, seed, num_transitions))
+        # Every replica holds the same global values: report the first local one.
+        return {k: self.strategy.experimental_local_results(v)[0] for k, v in metrics.items()}
+
+    def _replica_step(self, batch, seed, num_transitions):
+        ctx = tf.distribute.get_replica_context()
+        replicas = ctx.num_replicas_in_sync
+        batch = distribute.replica_rows(batch, ctx)  # the global batch with one replica
         variables = self.trainable_variables
         with tf.GradientTape() as tape:
             loss, metrics = self.loss(batch, seed, num_transitions)
-        grads = tape.gradient(loss, variables)
+            # `loss` is the global loss on every replica: the sum of the replicas'
+            # gradients of loss / R is its gradient (weight KL once).
+            scaled = loss / replicas if replicas > 1 else loss
+        grads = tape.gradient(scaled, variables)
+        if replicas > 1:  # Sum before clipping, so the clip sees the global gradient.
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         grads, norm = tf.clip_by_global_norm(grads, self.train_config.grad_clip)
-        self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+        self.optimizer.apply_gradients(zip(grads, variables, strict=True),
+                                       skip_gradients_aggregation=replicas > 1)
         metrics["grad_norm"] = norm
         return metrics
 

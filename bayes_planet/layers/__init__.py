@@ -22,6 +22,15 @@ from bayes_planet.layers.dense import (
     DenseReparameterization,
     DenseVariationalDropout,
 )
+from bayes_planet.layers.flows import (
+    MADE,
+    ActNorm,
+    Permutation,
+    RealNVP,
+    Reverse,
+    ReversibleLayer,
+    transform_random_variable,
+)
 from bayes_planet.layers.gaussian_process import (
     GaussianProcess,
     SparseGaussianProcess,
@@ -46,6 +55,15 @@ from bayes_planet.layers.kernels import (
     Matern52,
     ZeroMean,
 )
+from bayes_planet.layers.outputs import (
+    Bernoulli,
+    Categorical,
+    Discretize,
+    DiscretizedDistribution,
+    MixtureLogistic,
+    MixtureNormal,
+    Normal,
+)
 from bayes_planet.layers.point_process import GridPoissonProcess, PoissonProcess
 from bayes_planet.layers.random_features import RandomFourierFeatures
 from bayes_planet.layers.random_variable import RandomVariable
@@ -55,10 +73,15 @@ from bayes_planet.layers.regularizers import (
     NormalKLDivergence,
     set_dataset_size,
 )
+from bayes_planet.layers.revnet import RevNetBlock, RevNetSequence
 from bayes_planet.layers.tracing import condition, intercept, tape
+from bayes_planet.layers.vq import VectorQuantizer, codebook_usage
 
 __all__ = [
+    "ActNorm",
     "BayesianLayer",
+    "Bernoulli",
+    "Categorical",
     "ConstantMean",
     "Conv1DFlipout",
     "Conv1DReparameterization",
@@ -70,6 +93,8 @@ __all__ = [
     "DenseLocalReparameterization",
     "DenseReparameterization",
     "DenseVariationalDropout",
+    "Discretize",
+    "DiscretizedDistribution",
     "DistributionInitializer",
     "Exp",
     "ExponentiatedQuadratic",
@@ -79,15 +104,25 @@ __all__ = [
     "Linear",
     "LinearMean",
     "LogUniformKLDivergence",
+    "MADE",
     "Matern12",
     "Matern32",
     "Matern52",
+    "MixtureLogistic",
+    "MixtureNormal",
+    "Normal",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
+    "Permutation",
     "PoissonProcess",
     "Positive",
     "RandomFourierFeatures",
     "RandomVariable",
+    "RealNVP",
+    "RevNetBlock",
+    "RevNetSequence",
+    "Reverse",
+    "ReversibleLayer",
     "Softplus",
     "SparseGaussianProcess",
     "TrainableDeterministic",
@@ -95,9 +130,11 @@ __all__ = [
     "TrainableHeNormal",
     "TrainableMultivariateNormal",
     "TrainableNormal",
+    "VectorQuantizer",
     "WhitenedKLDivergence",
     "ZeroMean",
     "bayesian_layers",
+    "codebook_usage",
     "condition",
     "constraints",
     "fixed_noise",
@@ -108,4 +145,5 @@ __all__ = [
     "set_dataset_size",
     "tape",
     "tracing",
+    "transform_random_variable",
 ]

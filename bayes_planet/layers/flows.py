@@ -48,6 +48,27 @@ __all__ = [
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
+def deserialize_layer(config):
+    """A layer from its config; registered classes first (Keras's legacy H5/SavedModel
+    loaders look nested layers up by bare class name and miss our registered ones)."""
+    if isinstance(config, dict):
+        name = config.get("registered_name") or config.get("class_name")
+        cls = keras.saving.get_registered_object(name) if name else None
+        if cls is not None:
+            return cls.from_config(config["config"])
+    return keras.layers.deserialize(config)
+
+
+def serialize_layer(layer):
+    """A nested layer's config, without the build state (so that the config of a
+    built and an unbuilt layer agree; the outer layer builds its parts)."""
+    config = keras.layers.serialize(layer)
+    if isinstance(config, dict):
+        config.pop("build_config", None)
+        config.pop("compile_config", None)
+    return config
+
+
 def _forward(layer, x):
     forward = getattr(layer, "forward", None)
     return forward(x) if forward is not None else layer(x)
@@ -80,9 +101,19 @@ class LayerBijector(tfb.Bijector):
         return _forward(self._layer, x)
 
     def _inverse(self, y):
-        return self._layer.reverse(y)
+        joint = getattr(self._layer, "reverse_and_log_det_jacobian", None)
+        if joint is None:
+            return self._layer.reverse(y)
+        # One pass gives both; TransformedDistribution.log_prob asks for the
+        # log-det at the returned `x` right after (saves a network evaluation).
+        x, log_det = joint(y)
+        self._last_inverse = (x, log_det)
+        return x
 
     def _forward_log_det_jacobian(self, x):
+        last = getattr(self, "_last_inverse", None)
+        if last is not None and last[0] is x:
+            return last[1]
         return _log_det(self._layer, x)
 
 
@@ -141,7 +172,7 @@ class Reverse(ReversibleLayer):
 
     def __init__(self, layer, **kwargs):
         if isinstance(layer, dict):
-            layer = keras.layers.deserialize(layer)
+            layer = deserialize_layer(layer)
         if not callable(getattr(layer, "reverse", None)):
             raise TypeError(
                 "Reverse needs a layer with a `reverse(outputs)` method. Received: "
@@ -165,13 +196,13 @@ class Reverse(ReversibleLayer):
 
     def get_config(self):
         config = super().get_config()
-        config["layer"] = keras.layers.serialize(self.layer)
+        config["layer"] = serialize_layer(self.layer)
         return config
 
     @classmethod
     def from_config(cls, config):
         config = dict(config)
-        config["layer"] = keras.layers.deserialize(config["layer"])
+        config["layer"] = deserialize_layer(config["layer"])
         return cls(**config)
 
 
@@ -273,9 +304,12 @@ class ActNorm(ReversibleLayer):
                                           self.initialized.assign(1)]):
                 return tf.constant(True)
 
+        with tf.init_scope():  # the flag's current value, even while tracing
+            done = int(self.initialized.numpy()) if tf.executing_eagerly() else None
+        if done:
+            return  # Initialized before this trace: no conditional in the graph.
         if tf.executing_eagerly():
-            if not int(self.initialized.numpy()):
-                init()
+            init()
         else:
             tf.cond(self.initialized > 0, lambda: tf.constant(False), init)
 
@@ -428,7 +462,7 @@ class RealNVP(ReversibleLayer):
     def __init__(self, network, mask="half", reverse_mask=False, log_scale_clip=3.0, **kwargs):
         super().__init__(**kwargs)
         if isinstance(network, dict):
-            network = keras.layers.deserialize(network)
+            network = deserialize_layer(network)
         if isinstance(network, list | tuple):
             self.hidden_dims = [check_positive_int("network", h) for h in network]
             self.network = None
@@ -456,7 +490,8 @@ class RealNVP(ReversibleLayer):
                 [keras.layers.Dense(h, activation="relu") for h in self.hidden_dims]
                 + [keras.layers.Dense(2 * dim, kernel_initializer="zeros")],
                 name="coupling_mlp")
-        self.network.build(input_shape)
+        if not self.network.built:
+            self.network.build(input_shape)
         super().build(input_shape)
 
     def _shift_and_log_scale(self, masked):
@@ -476,20 +511,25 @@ class RealNVP(ReversibleLayer):
         return inputs * keep + (1.0 - keep) * (inputs * tf.exp(log_scale) + shift)
 
     def reverse(self, outputs):
-        outputs = tf.convert_to_tensor(outputs)
-        keep = tf.constant(self.keep_mask, outputs.dtype)
-        shift, log_scale = self._shift_and_log_scale(outputs * keep)
-        return outputs * keep + (1.0 - keep) * (outputs - shift) * tf.exp(-log_scale)
+        return self.reverse_and_log_det_jacobian(outputs)[0]
 
     def log_det_jacobian(self, inputs):
         keep = tf.constant(self.keep_mask, inputs.dtype)
         _, log_scale = self._shift_and_log_scale(inputs * keep)
         return tf.reduce_sum((1.0 - keep) * log_scale, axis=-1)
 
+    def reverse_and_log_det_jacobian(self, outputs):
+        """``(reverse(y), log_det_jacobian(reverse(y)))`` with one network pass."""
+        outputs = tf.convert_to_tensor(outputs)
+        keep = tf.constant(self.keep_mask, outputs.dtype)
+        shift, log_scale = self._shift_and_log_scale(outputs * keep)
+        inputs = outputs * keep + (1.0 - keep) * (outputs - shift) * tf.exp(-log_scale)
+        return inputs, tf.reduce_sum((1.0 - keep) * log_scale, axis=-1)
+
     def get_config(self):
         config = super().get_config()
         network = (self.hidden_dims if self.hidden_dims is not None
-                   else keras.layers.serialize(self.network))
+                   else serialize_layer(self.network))
         config.update(network=network, mask=self.mask, reverse_mask=self.reverse_mask,
                       log_scale_clip=self.log_scale_clip)
         return config

@@ -36,6 +36,17 @@ from bayes_planet.layers.random_variable import RandomVariable
 
 tfd = tfp.distributions
 
+
+# Duck-typed checks: `tfd.Independent(d)` / `tfd.MixtureSameFamily(...)` build
+# instances of private non-composite classes (not subclasses of the public ones)
+# when a part is not a CompositeTensor, so `isinstance` would miss them.
+def _is_independent(dist):
+    return hasattr(dist, "reinterpreted_batch_ndims") and hasattr(dist, "distribution")
+
+
+def _is_mixture_same_family(dist):
+    return hasattr(dist, "mixture_distribution") and hasattr(dist, "components_distribution")
+
 __all__ = [
     "Bernoulli",
     "Categorical",
@@ -53,7 +64,7 @@ _register = keras.saving.register_keras_serializable(package="bayes_planet")
 def straight_through(sample, surrogate):
     """``sample`` in the forward pass, the gradient of ``surrogate`` in the backward."""
     surrogate = tf.cast(surrogate, sample.dtype)
-    return tf.stop_gradient(sample) + surrogate - tf.stop_gradient(surrogate)
+    return tf.stop_gradient(sample) + (surrogate - tf.stop_gradient(surrogate))  # exact value
 
 
 def _check_event_ndims(value):
@@ -260,7 +271,8 @@ class _Mixture(_DistributionLayer):
         x = self._params(inputs)
         if self.units is not None:
             x = tf.reshape(x, tf.concat([tf.shape(x)[:-1], [self.units, -1]], 0))
-            x.set_shape(inputs.shape[:-1].concatenate([self.units, self._params_per_unit]))
+            x.set_shape(tf.TensorShape(inputs.shape)[:-1].concatenate(
+                [self.units, self._params_per_unit]))
         logits, loc, raw = tf.split(x, 3, axis=-1)
         scale = tf.nn.softplus(raw) + self.min_scale
         dist = tfd.MixtureSameFamily(tfd.Categorical(logits=logits), self._component(loc, scale))
@@ -309,7 +321,7 @@ def _bin_mass(dist, lower, upper, first, last):
     both tails in float32); a mixture is the probability-weighted sum of its
     components' masses, each computed the accurate way.
     """
-    if isinstance(dist, tfd.MixtureSameFamily):
+    if _is_mixture_same_family(dist):
         expand = lambda t: tf.expand_dims(t, -1)  # noqa: E731
         masses = _bin_mass(dist.components_distribution, expand(lower), expand(upper),
                            expand(first), expand(last))
@@ -447,7 +459,7 @@ class Discretize(BayesianLayer, keras.layers.Layer):
         else:
             dist = tfd.Deterministic(tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype))
         ndims = 0
-        if isinstance(dist, tfd.Independent):
+        if _is_independent(dist):
             ndims = int(tf.get_static_value(dist.reinterpreted_batch_ndims))
             dist = dist.distribution
         disc = DiscretizedDistribution(dist, self.num_bins, self._low, self.high)

@@ -121,10 +121,22 @@ class RandomVariable:
         return self._distribution.log_cdf(x)
 
     def kl_divergence(self, other):
-        """KL(self || other) for a distribution or RandomVariable ``other``."""
+        """KL(self || other) for a distribution or RandomVariable ``other``.
+
+        As in the paper's Fig. 6 (``encoding.kl_divergence(Normal(0., 1.))``), a
+        scalar-event ``other`` against an ``Independent`` self is applied
+        elementwise and summed over self's event axes.
+        """
         if isinstance(other, RandomVariable):
             other = other.distribution
-        return self._distribution.kl_divergence(other)
+        dist = self._distribution
+        ndims = getattr(dist, "reinterpreted_batch_ndims", None)
+        inner = getattr(dist, "distribution", None)
+        if (ndims is not None and inner is not None and other.event_shape.rank == 0
+                and inner.event_shape.rank == 0 and dist.event_shape.rank > 0):
+            kl = inner.kl_divergence(other)
+            return tf.reduce_sum(kl, axis=list(range(-int(tf.get_static_value(ndims)), 0)))
+        return dist.kl_divergence(other)
 
     def mean(self):
         return self._distribution.mean()
