@@ -33,7 +33,6 @@ Writes ``config.yaml`` and ``results.json`` (and ``density.png``) into ``--out``
 """
 
 import argparse
-import copy
 import json
 import math
 import pathlib
@@ -42,40 +41,15 @@ import time
 import numpy as np
 import yaml
 
+from bayes_planet import config as config_lib
+
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 
 
 # ---------------------------------------------------------------- configuration
-def _merge(base, update):
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = copy.deepcopy(value)
-    return base
-
-
 def load_config(presets=(), overrides=(), path=CONFIG_PATH):
     """``defaults`` merged with each preset in order, then ``key.sub=value`` overrides."""
-    raw = yaml.safe_load(pathlib.Path(path).read_text())
-    config = copy.deepcopy(raw["defaults"])
-    for name in presets:
-        if name == "defaults" or name not in raw:
-            raise ValueError(f"Unknown preset {name!r}. Available: "
-                             f"{sorted(k for k in raw if k != 'defaults')}")
-        _merge(config, raw[name])
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"Expected --set key=value. Received: {item!r}")
-        *parents, leaf = key.split(".")
-        node = config
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or leaf not in node:
-            raise ValueError(f"Unknown config key {key!r}.")
-        node[leaf] = yaml.safe_load(value)
-    return config
+    return config_lib.load(presets, overrides, path=path).to_dict()
 
 
 # ---------------------------------------------------------------- shared helpers

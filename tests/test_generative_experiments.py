@@ -65,5 +65,5 @@ def test_pixelcnn_mixture(generative, tmp_path):
 
 
 def test_unknown_preset_is_rejected(generative, tmp_path):
-    with pytest.raises(ValueError, match="Unknown preset"):
+    with pytest.raises(ValueError, match="unknown preset"):
         generative.main(["--preset", "nope", "--out", str(tmp_path)])
