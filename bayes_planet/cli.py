@@ -2,6 +2,7 @@
 
     bayes-planet train --task cartpole-swingup --preset cpu --logdir runs/x [--set key=value ...]
     bayes-planet eval --logdir runs/x [--episodes 5] [--video]
+    bayes-planet probe --logdir runs/x [--episodes 5] [--out DIR] [--test-episodes DIR]
     bayes-planet demo [--epochs 20] [--samples 20] [--seed 0]
 
 Errors in arguments are reported as one-line messages, not tracebacks.
@@ -60,6 +61,16 @@ def _eval(args):
           f"± {np.std(returns):.1f} ({', '.join(f'{r:.1f}' for r in returns)})")
 
 
+def _probe(args):
+    from bayes_planet import probes
+
+    horizons = [int(h) for h in args.horizons.split(",") if h.strip()]
+    probes.run_probe(args.logdir, episodes=args.episodes, out=args.out,
+                     train_episodes=args.train_episodes, train_source=args.train_source,
+                     test_episodes=args.test_episodes, context=args.context, horizons=horizons,
+                     latent=args.latent, seed=args.seed)
+
+
 def _positive_int(text):
     value = int(text)
     if value < 1:
@@ -85,6 +96,21 @@ def build_parser():
     evaluate.add_argument("--episodes", type=_positive_int, default=5)
     evaluate.add_argument("--video", action="store_true")
     evaluate.set_defaults(func=_eval)
+    probe = sub.add_parser("probe", help="latent probes: R² of true physics from the latent")
+    probe.add_argument("--logdir", required=True)
+    probe.add_argument("--episodes", type=_positive_int, default=5,
+                       help="fresh held-out test episodes (eval policy, eval environment)")
+    probe.add_argument("--out", default=None, help="output folder (default LOGDIR/probe)")
+    probe.add_argument("--train-episodes", type=_positive_int, default=None,
+                       help="probe training episodes (default: replay's last 100, or 20 fresh)")
+    probe.add_argument("--train-source", choices=("replay", "fresh"), default="replay")
+    probe.add_argument("--test-episodes", default=None, metavar="DIR",
+                       help="shared test episodes (.npz); filled on first use")
+    probe.add_argument("--context", type=_positive_int, default=5)
+    probe.add_argument("--horizons", default="1,5,10,20", help="open-loop horizons")
+    probe.add_argument("--latent", choices=("mean", "sample"), default="mean")
+    probe.add_argument("--seed", type=int, default=0)
+    probe.set_defaults(func=_probe)
     demo = sub.add_parser("demo", help="drop-in Bayesian CNN on scikit-learn's digits")
     demo.add_argument("--epochs", type=_positive_int, default=20)
     demo.add_argument("--samples", type=_positive_int, default=20,

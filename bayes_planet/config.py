@@ -15,7 +15,18 @@ import pathlib
 
 import yaml
 
-__all__ = ["Config", "ConfigError", "load", "presets", "read", "write"]
+__all__ = [
+    "Config",
+    "ConfigError",
+    "add_arguments",
+    "load",
+    "load_dict",
+    "parse_presets",
+    "presets",
+    "read",
+    "save_dict",
+    "write",
+]
 
 _PATH = pathlib.Path(__file__).with_name("configs.yaml")
 
@@ -145,3 +156,35 @@ def read(path, defaults_path=None):
     config = copy.deepcopy(defaults)
     _merge(config, data, defaults)
     return Config(config)
+
+
+# -- experiment scripts: the same format and validation, as plain dicts ------------------------
+def load_dict(path, presets=(), overrides=()):
+    """`load` for an experiment's own YAML, returned as a plain (mutable) dict."""
+    return load(presets, overrides, path=path).to_dict()
+
+
+def save_dict(config, out):
+    """Writes a merged config dict to ``out/config.yaml``; returns the path."""
+    path = pathlib.Path(out) / "config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def parse_presets(values):
+    """``['a,b', 'c']`` → ``['a', 'b', 'c']`` (commas and repeated words both work)."""
+    names = []
+    for value in values or ():
+        names.extend(p.strip() for p in value.split(",") if p.strip())
+    return names
+
+
+def add_arguments(parser):
+    """Adds the shared ``--preset``, ``--set`` and ``--out`` flags to an argparse parser."""
+    parser.add_argument("--preset", nargs="*", default=[],
+                        help="presets merged left to right, e.g. --preset debug or a,b")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a config key, e.g. --set seeds=[0]")
+    parser.add_argument("--out", default=None, help="output folder (default: config 'out')")
+    return parser

@@ -1,0 +1,424 @@
+"""Latent probes: how much of the true physical state does a world model's latent carry?
+
+Paper Fig. 11 (Tran et al., 2019): fit simple regressors from the latent state to the
+true physical quantities and report their R² on held-out episodes. The claim to test is
+that a Bayesian world model's latent codes carry more information about velocities.
+
+``bayes-planet probe --logdir runs/x`` (`run_probe`):
+
+* **Data.** Probe *training* episodes are the run's replay episodes (every episode stores
+  ``physics`` = ``physics.get_state()`` = ``[qpos, qvel, act]`` of each observation), the
+  most recent ``train_episodes`` of them; if the replay has no ``physics`` (runs recorded
+  before it was stored) or ``train_source='fresh'``, ``train_episodes`` fresh episodes are
+  collected with the trained evaluation policy on the *training* environment instead.
+  Probe *test* episodes are always held out from both the model and the probe: ``episodes``
+  fresh episodes collected with the trained evaluation policy (no exploration noise) on the
+  *evaluation* environment, saved to ``<out>/test_episodes/`` so other models can be probed
+  on exactly the same episodes (``test_episodes=DIR`` loads them; a missing ``DIR`` is
+  filled on first use).
+* **Features.** Closed loop: the posterior ``concat(z, h)`` after filtering the episode from
+  its start (``z`` = the posterior mean by default, ``latent='sample'`` uses the sample the
+  decoder sees). Open loop, as `WorldModel.open_loop`: windows starting at every ``stride``-th
+  step observe ``context`` frames from the zero state, then roll the prior forward with the
+  episode's actions; the feature at horizon ``h`` is the prior state predicting observation
+  ``start + context + h - 1``. One weight sample of a Bayesian model per call.
+* **Targets.** ``qpos`` (positions: joint angles are raw, unwrapped) and ``qvel``
+  (velocities) from ``physics``, named by joint; for state observations also the task's
+  observation components (e.g. cartpole's ``position`` = cart x, cos θ, sin θ and
+  ``velocity``), which are exactly the observation vector.
+* **Probes.** ``sklearn.linear_model.Ridge`` (standardized features) and a small
+  ``MLPRegressor`` (standardized features and targets, fixed ``random_state``), each fit once
+  for all targets; R² per quantity on the test set plus the averages over position,
+  velocity and task dims.
+
+Writes ``probe.json`` and ``probe_velocity.png`` (true vs predicted velocities over one held-out
+episode) into ``<logdir>/probe/`` (or ``out``).
+"""
+
+import json
+import pathlib
+import warnings
+
+import numpy as np
+
+__all__ = [
+    "encode_closed_loop",
+    "encode_open_loop",
+    "fit_probes",
+    "load_episodes",
+    "physics_names",
+    "run_probe",
+]
+
+GROUPS = ("position", "velocity", "task")
+
+
+# ---------------------------------------------------------------- probes (numpy / sklearn)
+def _make_probes(mlp_hidden, alpha, seed):
+    from sklearn.compose import TransformedTargetRegressor
+    from sklearn.linear_model import Ridge
+    from sklearn.neural_network import MLPRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    mlp = MLPRegressor(hidden_layer_sizes=tuple(mlp_hidden), alpha=1e-4, learning_rate_init=1e-3,
+                       max_iter=300, early_stopping=True, validation_fraction=0.1,
+                       n_iter_no_change=20, random_state=seed)
+    return {"ridge": make_pipeline(StandardScaler(), Ridge(alpha=alpha)),
+            "mlp": TransformedTargetRegressor(make_pipeline(StandardScaler(), mlp),
+                                              transformer=StandardScaler())}
+
+
+def fit_probes(train_x, train_y, test_x, test_y, names, groups=None, mlp_hidden=(64,),
+               alpha=1.0, seed=0):
+    """Fits a ridge and an MLP probe ``features → targets``; R² on the test set.
+
+    Args:
+      train_x, test_x: ``[N, F]`` features.
+      train_y, test_y: ``[N, Q]`` targets.
+      names: ``Q`` quantity names.
+      groups: optional ``{name: group}``; R² is also averaged per group.
+      mlp_hidden: hidden layer sizes of the MLP probe.
+      alpha: ridge regularization (on standardized features).
+      seed: the MLP's ``random_state``.
+    Returns:
+      ``(report, probes)``: ``report[probe] = {"r2": {name: R²}, "mean": {group: mean R²},
+      "all": mean R²}`` for ``probe`` in ``('ridge', 'mlp')``; ``probes`` the fitted estimators.
+    """
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.metrics import r2_score
+
+    train_x, test_x = np.asarray(train_x, np.float64), np.asarray(test_x, np.float64)
+    train_y, test_y = np.asarray(train_y, np.float64), np.asarray(test_y, np.float64)
+    if train_y.ndim != 2 or test_y.ndim != 2 or train_y.shape[1] != len(names):
+        raise ValueError(f"Expected targets [N, {len(names)}] for names {list(names)}. "
+                         f"Received: train_y {train_y.shape}, test_y {test_y.shape}")
+    if len(train_x) != len(train_y) or len(test_x) != len(test_y):
+        raise ValueError(f"Expected as many features as targets. Received: train "
+                         f"{len(train_x)} vs {len(train_y)}, test {len(test_x)} vs {len(test_y)}")
+    report, probes = {}, _make_probes(mlp_hidden, alpha, seed)
+    for key, probe in probes.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            probe.fit(train_x, train_y)
+        pred = probe.predict(test_x).reshape(test_y.shape)
+        r2 = r2_score(test_y, pred, multioutput="raw_values")
+        entry = {"r2": {n: float(v) for n, v in zip(names, r2, strict=True)},
+                 "all": float(np.mean(r2)), "mean": {}}
+        for group in sorted(set((groups or {}).values())):
+            values = [r for n, r in zip(names, r2, strict=True) if groups.get(n) == group]
+            entry["mean"][group] = float(np.mean(values))
+        report[key] = entry
+    return report, probes
+
+
+# ---------------------------------------------------------------- encoding (TensorFlow)
+def _features(state, latent):
+    import tensorflow as tf
+
+    if latent not in ("mean", "sample"):
+        raise ValueError(f"Expected latent='mean' or 'sample'. Received: latent={latent!r}")
+    stoch = state["mean"] if latent == "mean" else state["stoch"]
+    return tf.concat([stoch, state["deter"]], -1)
+
+
+def _seed(seed):
+    import tensorflow as tf
+
+    return tf.constant(np.asarray(seed, np.int64) % (2**31 - 1), tf.int32)
+
+
+def encode_closed_loop(model, episode, seed=(0, 0), latent="mean"):
+    """Posterior features ``[T+1, stoch + deter]`` of an episode filtered from its start."""
+    import tensorflow as tf
+
+    obs = model.observation(tf.convert_to_tensor(episode["obs"][None]))
+    action = tf.convert_to_tensor(episode["action"][None], tf.float32)
+    post, _ = model.rssm.observe(model.encoder(obs), action, _seed(seed))
+    return _features(post, latent)[0].numpy()
+
+
+def encode_open_loop(model, episode, context, horizons, seed=(0, 0), latent="mean", stride=1):
+    """Prior features after ``context`` observed steps, at each horizon.
+
+    Mirrors `WorldModel.open_loop`: the seed is split into the observation and imagination
+    seeds and each window starts from the zero state. Windows start at every ``stride``-th
+    step; a horizon keeps the windows whose target lies inside the episode (the prior is
+    causal: zero actions padded after the episode end only affect discarded steps).
+
+    Returns:
+      ``(features, index)``: dicts ``{h: [W_h, F]}`` (None if no window fits) and
+      ``{h: [W_h]}`` where ``index[h]`` is the episode step the horizon-``h`` feature
+      predicts, ``start + context + h - 1``.
+    """
+    import tensorflow as tf
+
+    horizons = sorted(int(h) for h in horizons)
+    if context < 1 or not horizons or horizons[0] < 1:
+        raise ValueError(f"Expected context >= 1 and horizons >= 1. Received: context={context}, "
+                         f"horizons={horizons}")
+    length, longest = len(episode["action"]), horizons[-1]
+    starts = np.arange(0, max(length - context - horizons[0] + 1, 0), stride)
+    if not len(starts):
+        return {h: None for h in horizons}, {h: starts for h in horizons}
+    steps = starts[:, None] + np.arange(context + longest)[None]
+    actions = np.asarray(episode["action"], np.float32)
+    actions = np.concatenate([actions, np.zeros((max(steps.max() + 1 - length, 0),) + actions.shape[1:],
+                                                np.float32)])
+    obs = model.observation(tf.convert_to_tensor(episode["obs"][steps[:, :context]]))
+    action = tf.convert_to_tensor(actions[steps])
+    seed_a, seed_b = tf.unstack(tf.random.experimental.stateless_split(_seed(seed), 2))
+    post, _ = model.rssm.observe(model.encoder(obs), action[:, :context], seed_a)
+    last = {k: v[:, -1] for k, v in post.items()}
+    prior = model.rssm.imagine(action[:, context:], last, seed_b)
+    feats = _features(prior, latent).numpy()
+    features, index = {}, {}
+    for h in horizons:
+        keep = starts + context + h - 1 < length
+        features[h] = feats[keep, h - 1] if keep.any() else None
+        index[h] = starts[keep] + context + h - 1
+    return features, index
+
+
+# ---------------------------------------------------------------- targets
+def physics_names(physics):
+    """``(qpos_names, qvel_names)`` from the MuJoCo model's joints (``slider``, ``hinge_1``...)."""
+    model = physics.model
+    qpos = [f"qpos[{i}]" for i in range(model.nq)]
+    qvel = [f"qvel[{i}]" for i in range(model.nv)]
+    sizes = {0: (7, 6), 1: (4, 3), 2: (1, 1), 3: (1, 1)}  # free, ball, slide, hinge
+    for j in range(model.njnt):
+        name = model.id2name(j, "joint") or f"joint{j}"
+        nq, nv = sizes[int(model.jnt_type[j])]
+        for k in range(nq):
+            qpos[model.jnt_qposadr[j] + k] = name if nq == 1 else f"{name}[{k}]"
+        for k in range(nv):
+            qvel[model.jnt_dofadr[j] + k] = name if nv == 1 else f"{name}[{k}]"
+    return qpos, qvel
+
+
+def _targets(episode, nq, nv, with_obs):
+    physics = np.asarray(episode["physics"], np.float64)
+    parts = [physics[:, :nq], physics[:, nq:nq + nv]]
+    if with_obs:
+        parts.append(np.asarray(episode["obs"], np.float64).reshape(len(physics), -1))
+    return np.concatenate(parts, 1)
+
+
+def _quantities(env, obs_type):
+    """Target names and their groups: qpos → position, qvel → velocity, obs → task."""
+    qpos, qvel = physics_names(env.physics)
+    names = [f"qpos/{n}" for n in qpos] + [f"qvel/{n}" for n in qvel]
+    groups = {n: "position" for n in names[:len(qpos)]}
+    groups.update({n: "velocity" for n in names[len(qpos):]})
+    if obs_type == "state":
+        env.reset()
+        components = env.true_state()["task_state"]
+        task = [f"obs/{key}" if np.size(value) == 1 else f"obs/{key}[{k}]"
+                for key, value in components.items() for k in range(np.size(value))]
+        if len(task) == int(np.prod(env.observation_spec()["state"].shape)):
+            groups.update({n: "task" for n in task})
+            names += task
+        else:  # Not the flat observation's layout: name the entries by index.
+            dim = int(np.prod(env.observation_spec()["state"].shape))
+            groups.update({f"obs[{k}]": "task" for k in range(dim)})
+            names += [f"obs[{k}]" for k in range(dim)]
+    return names, groups
+
+
+# ---------------------------------------------------------------- episodes
+def load_episodes(directory):
+    """Episodes saved as ``*.npz`` in ``directory`` (sorted by name)."""
+    paths = sorted(pathlib.Path(directory).glob("*.npz"))
+    episodes = []
+    for path in paths:
+        with np.load(path, allow_pickle=False) as npz:
+            episodes.append({key: npz[key] for key in npz.files})
+    return episodes
+
+
+def _save_episodes(episodes, directory):
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for i, episode in enumerate(episodes):
+        np.savez_compressed(directory / f"{i:06d}-{len(episode['action'])}.npz", **episode)
+
+
+def _collect(trainer, py_env, count, stream):
+    episodes = []
+    for i in range(count):
+        policy = trainer._py_policy(trainer.eval_policy, stream + i)
+        episode, _ = trainer.collect(policy, py_env)
+        episodes.append(episode)
+    return episodes
+
+
+def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent, seed):
+    """Closed- and open-loop features with their targets over a list of episodes."""
+    closed_x, closed_y = [], []
+    open_x = {h: [] for h in horizons}
+    open_y = {h: [] for h in horizons}
+    for i, episode in enumerate(episodes):
+        if "physics" not in episode:
+            raise ValueError("Expected episodes with the true 'physics' state. Received keys "
+                             f"{sorted(episode)}")
+        targets = _targets(episode, nq, nv, with_obs)
+        closed_x.append(encode_closed_loop(model, episode, (seed, 2 * i), latent))
+        closed_y.append(targets)
+        feats, index = encode_open_loop(model, episode, context, horizons, (seed, 2 * i + 1),
+                                        latent, stride)
+        for h in horizons:
+            if feats[h] is not None:
+                open_x[h].append(feats[h])
+                open_y[h].append(targets[index[h]])
+    cat = lambda xs: np.concatenate(xs) if xs else None  # noqa: E731
+    return ((cat(closed_x), cat(closed_y)),
+            {h: (cat(open_x[h]), cat(open_y[h])) for h in horizons})
+
+
+# ---------------------------------------------------------------- the command
+def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="replay",
+              test_episodes=None, context=5, horizons=(1, 5, 10, 20), stride=1, latent="mean",
+              mlp_hidden=(64,), alpha=1.0, seed=0, verbose=True):
+    """Probes a trained run; writes ``probe.json`` and ``probe_velocity.png``; returns the report.
+
+    Args:
+      logdir: a ``bayes-planet train`` run directory (config.yaml, checkpoints/, episodes/).
+      episodes: fresh held-out test episodes to collect (ignored if ``test_episodes`` has some).
+      out: output folder (default ``<logdir>/probe``).
+      train_episodes: probe training episodes: the most recent ones of the replay (default
+        all, at most 100) or how many fresh ones to collect (default 20).
+      train_source: ``'replay'`` (falls back to ``'fresh'`` if the replay has no physics)
+        or ``'fresh'``.
+      test_episodes: a folder of ``.npz`` test episodes shared between models; created and
+        filled with the collected ones if it does not exist or is empty.
+      context, horizons, stride: open-loop windows (see `encode_open_loop`).
+      latent: ``'mean'`` or ``'sample'`` for ``z``.
+      mlp_hidden, alpha, seed: probe settings (see `fit_probes`).
+    """
+    from bayes_planet import config as config_lib
+    from bayes_planet.training import Trainer
+
+    logdir = pathlib.Path(logdir)
+    out = pathlib.Path(out) if out else logdir / "probe"
+    if train_source not in ("replay", "fresh"):
+        raise ValueError(f"Expected train_source 'replay' or 'fresh'. Received: {train_source!r}")
+    if int(episodes) < 1:
+        raise ValueError(f"Expected a positive integer. Received: episodes={episodes}")
+    horizons = sorted({int(h) for h in horizons})
+    path = logdir / "config.yaml"
+    if not path.exists():
+        raise FileNotFoundError(f"no run in {logdir} (missing {path})")
+    config = config_lib.read(path)
+    trainer = Trainer(config, logdir)
+    say = print if verbose else (lambda *a, **k: None)
+    if trainer.manager.latest_checkpoint is None:
+        say(f"probe: warning: {logdir} has no checkpoint; probing an untrained model")
+    physics = trainer.env.physics
+    nq, nv = int(physics.model.nq), int(physics.model.nv)
+    names, groups = _quantities(trainer.env, config.obs_type)
+    with_obs = config.obs_type == "state"
+
+    replay = [e for e in trainer.replay.episodes() if "physics" in e]
+    if train_source == "replay" and not replay:
+        say("probe: the replay has no 'physics' (recorded before it was stored); "
+            "collecting fresh training episodes")
+        train_source = "fresh"
+    if train_source == "replay":
+        train = replay[-(train_episodes or 100):]
+    else:
+        train = _collect(trainer, trainer.py_env, train_episodes or 20, 4_000_000)
+    test = load_episodes(test_episodes) if test_episodes else []
+    test_from = str(test_episodes) if test else "fresh"
+    if not test:
+        test = _collect(trainer, trainer.py_eval_env, int(episodes), 3_000_000)
+        _save_episodes(test, out / "test_episodes")
+        if test_episodes:
+            _save_episodes(test, test_episodes)
+    for episode in train + test:
+        shape = np.shape(episode.get("physics", ()))[1:]
+        if episode["obs"].shape[1:] != trainer.model.obs_shape or shape[:1] < (nq + nv,):
+            raise ValueError(
+                f"Expected episodes of {config.task} ({config.obs_type}: obs "
+                f"{trainer.model.obs_shape}, physics [T+1, >= {nq + nv}]). Received: obs "
+                f"{episode['obs'].shape[1:]}, physics {shape} (from {test_from})")
+    say(f"probe: {len(train)} train episodes ({train_source}), {len(test)} test episodes "
+        f"({test_from}); encoding")
+
+    args = (nq, nv, with_obs, context, horizons, stride, latent)
+    (cx, cy), open_train = _stack(trainer.model, train, *args, seed=seed)
+    (tx, ty), open_test = _stack(trainer.model, test, *args, seed=seed + 1)
+    fit = dict(names=names, groups=groups, mlp_hidden=mlp_hidden, alpha=alpha, seed=seed)
+    closed, closed_probes = fit_probes(cx, cy, tx, ty, **fit)
+    report = {
+        "logdir": str(logdir), "task": config.task, "obs_type": config.obs_type,
+        "estimator": config.model.estimator, "seed": config.seed,
+        "updates": int(trainer.updates.numpy()),
+        "train_source": train_source, "train_episodes": len(train), "train_samples": len(cx),
+        "test_source": test_from, "test_episodes": len(test), "test_samples": len(tx),
+        "latent": latent, "context": context, "horizons": horizons, "stride": stride,
+        "quantities": groups, "closed_loop": closed, "open_loop": {},
+    }
+    open_probes = {}
+    for h in horizons:
+        (ax, ay), (bx, by) = open_train[h], open_test[h]
+        if ax is None or bx is None:
+            say(f"probe: horizon {h}: episodes shorter than context + horizon; skipped")
+            continue
+        report["open_loop"][str(h)], open_probes[h] = fit_probes(ax, ay, bx, by, **fit)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "probe.json").write_text(json.dumps(report, indent=1))
+    _plot_velocity(trainer.model, test[0], names, groups, closed_probes, open_probes,
+                   (nq, nv, with_obs, context, latent, seed), out / "probe_velocity.png")
+    say(summary(report))
+    return report
+
+
+def summary(report):
+    """A short text table of the group-averaged R²."""
+    lines = [f"probe {report['logdir']} ({report['estimator']}, {report['updates']} updates): "
+             f"R² on {report['test_episodes']} held-out episodes"]
+    groups = [g for g in GROUPS if g in report["closed_loop"]["ridge"]["mean"]]
+    lines.append(f"{'':<16}" + "".join(f"{p + ' ' + g:>18}" for p in ("ridge", "mlp")
+                                       for g in groups))
+    rows = [("closed loop", report["closed_loop"])]
+    rows += [(f"open loop h={h}", r) for h, r in report["open_loop"].items()]
+    for label, entry in rows:
+        lines.append(f"{label:<16}" + "".join(f"{entry[p]['mean'][g]:>18.3f}"
+                                              for p in ("ridge", "mlp") for g in groups))
+    return "\n".join(lines)
+
+
+def _plot_velocity(model, episode, names, groups, closed_probes, open_probes, settings, path):
+    """True vs probed velocities over one held-out episode (closed loop and one horizon)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    nq, nv, with_obs, context, latent, seed = settings
+    truth = _targets(episode, nq, nv, with_obs)
+    feats = encode_closed_loop(model, episode, (seed + 2, 0), latent)
+    columns = [i for i, n in enumerate(names) if groups[n] == "velocity"]
+    horizon = sorted(open_probes)[len(open_probes) // 2] if open_probes else None
+    fig, axes = plt.subplots(len(columns), 1, figsize=(9, 2.4 * len(columns)), squeeze=False,
+                             sharex=True)
+    steps = np.arange(len(truth))
+    for ax, col in zip(axes[:, 0], columns, strict=True):
+        ax.plot(steps, truth[:, col], "k-", lw=2, label="true")
+        for key, style in (("ridge", "C0--"), ("mlp", "C1-")):
+            pred = closed_probes[key].predict(feats).reshape(len(truth), -1)[:, col]
+            ax.plot(steps, pred, style, lw=1, label=f"{key} (closed loop)")
+        if horizon is not None:
+            open_feats, index = encode_open_loop(model, episode, context, [horizon],
+                                                 (seed + 2, 1), latent)
+            if open_feats[horizon] is not None:
+                pred = open_probes[horizon]["ridge"].predict(open_feats[horizon])
+                ax.plot(index[horizon], pred.reshape(len(index[horizon]), -1)[:, col], "C2:",
+                        lw=1.2, label=f"ridge (open loop, h={horizon})")
+        ax.set_ylabel(names[col])
+    axes[0, 0].legend(fontsize=7, ncol=4, loc="upper left")
+    axes[-1, 0].set_xlabel("step of a held-out episode")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,499 @@
+"""Grids of agent training runs: Bayesian vs deterministic world models, and exploration.
+
+One script for experiments 1 and 3 (and 2, with ``--probe``); the grid comes from presets
+in ``agents.yaml``::
+
+    python experiments/agents.py --preset comparison                 # exp. 1, cartpole-swingup
+    python experiments/agents.py --preset comparison,cheetah         # exp. 1, cheetah-run
+    python experiments/agents.py --preset exploration                # exp. 3, sparse reward
+    python experiments/agents.py --preset comparison --probe         # + exp. 2 latent probes
+    python experiments/agents.py --preset comparison --aggregate-only
+    python experiments/agents.py --preset debug --out /tmp/agents    # seconds per run
+
+**Runs.** One ``bayes-planet train`` subprocess per (estimator, β, seed), in
+``<out>/runs/<variant>/seed<seed>/`` with its output in ``train.log`` and the launcher's
+wall-clock in ``launches.jsonl``. Sequential by default (``--parallel N`` runs N at once;
+the runs then share the cores, which inflates their wall-clock). Rerunning the command skips
+finished runs (as many episodes on disk as ``train.episodes``) and resumes unfinished ones
+(the trainer restores its checkpoint and replay). All run configs are validated before the
+first launch.
+
+**Aggregation** (always, also with ``--aggregate-only``), per variant over seeds:
+
+* ``learning_curves.png``: evaluation return (no exploration noise) and collection return vs
+  environment steps, mean ± std over seeds (curves interpolated onto the union of steps;
+  a point averages the seeds that reached it).
+* ``weight_kl.png``: the Bayesian transition's KL(q(W) || p(W)) during training (Fig. 10).
+* ``coverage.png``: state coverage of the collected episodes (random seed episodes
+  included): the fraction of cells of a ``bins × bins`` grid over two columns of the true
+  physics state that the replay has visited, cumulatively over environment steps. For
+  cartpole the grids are (pole angle wrapped to [-π, π), pole angular velocity) and
+  (cart position, cart velocity); values outside the ranges count in the border cells; not
+  every cell is physically reachable, so compare fractions between variants, not with 1.
+* wall-clock per run: the training loop's seconds (``metrics.jsonl``, summed over
+  resumed segments) and the launcher's (process start-up included).
+* with ``--probe`` (or ``probe.enabled``): ``bayes-planet probe`` on every finished run,
+  all runs on the same held-out test episodes (``<out>/probe_test_episodes``, collected by
+  the first probed run's evaluation policy), R² per variant in ``probe.png``.
+
+Writes ``config.yaml``, ``results.json``, ``summary.md`` and the PNGs into ``--out``.
+"""
+
+import argparse
+import itertools
+import json
+import math
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from bayes_planet import config as _config  # noqa: E402
+
+CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
+_EPISODE_FILE = re.compile(r"^\d{6,}-\d+\.npz$")
+
+
+# ---------------------------------------------------------------- the grid
+def variants(config):
+    """``[{name, estimator, beta}]``: the product of estimators and betas."""
+    estimators, betas = list(config["estimators"]), [float(b) for b in config["betas"]]
+    if not estimators or not betas or not config["seeds"]:
+        raise _config.ConfigError("expected at least one estimator, beta and seed; received "
+                                  f"{estimators}, {betas}, {config['seeds']}")
+    out = []
+    for estimator, beta in itertools.product(estimators, betas):
+        parts = [estimator] if len(estimators) > 1 or len(betas) == 1 else []
+        parts += [f"beta{beta:g}"] if len(betas) > 1 else []
+        out.append({"name": "_".join(parts), "estimator": estimator, "beta": beta})
+    return out
+
+
+def grid(config, out):
+    """Every run of the grid with its ``--set`` list and validated training config."""
+    from bayes_planet import config as config_lib
+
+    runs = []
+    for variant in variants(config):
+        for seed in config["seeds"]:
+            sets = [f"task={config['task']}", f"seed={int(seed)}",
+                    f"model.estimator={variant['estimator']}",
+                    f"planner.beta={variant['beta']}", *config["overrides"]]
+            train_config = config_lib.load(config["base_presets"], sets)  # Fails fast.
+            runs.append({"variant": variant["name"], "seed": int(seed), "sets": sets,
+                         "logdir": pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}",
+                         "episodes": train_config.train.episodes})
+    return runs
+
+
+def train_command(run, base_presets):
+    command = [sys.executable, "-m", "bayes_planet.cli", "train", "--logdir", str(run["logdir"]),
+               "--quiet"]
+    if base_presets:
+        command += ["--preset", ",".join(base_presets)]
+    for item in run["sets"]:
+        command += ["--set", item]
+    return command
+
+
+def episodes_on_disk(logdir):
+    folder = pathlib.Path(logdir) / "episodes"
+    if not folder.is_dir():
+        return 0
+    return sum(1 for p in folder.iterdir() if _EPISODE_FILE.match(p.name))
+
+
+def _env():
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONWARNINGS="ignore")
+
+
+def launch(runs, base_presets, parallel=1, say=print):
+    """Runs the unfinished runs (at most ``parallel`` at once); returns ``{logdir: status}``."""
+    status, pending, active = {}, [], []
+    for run in runs:
+        if episodes_on_disk(run["logdir"]) >= run["episodes"]:
+            status[str(run["logdir"])] = "finished before"
+        else:
+            pending.append(run)
+    say(f"agents: {len(runs)} runs, {len(runs) - len(pending)} already finished, "
+        f"{len(pending)} to run ({parallel} at a time)")
+    total = len(pending)
+    try:
+        while pending or active:
+            while pending and len(active) < parallel:
+                run = pending.pop(0)
+                run["logdir"].mkdir(parents=True, exist_ok=True)
+                command = train_command(run, base_presets)
+                log = open(run["logdir"] / "train.log", "a")  # noqa: SIM115 (closed below)
+                log.write(f"$ {' '.join(command)}\n")
+                log.flush()
+                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                           env=_env())
+                active.append((run, process, log, time.time(), command))
+                resumed = episodes_on_disk(run["logdir"])
+                say(f"agents: [{total - len(pending)}/{total}] {run['variant']} seed "
+                    f"{run['seed']}: started" + (f" (resuming at episode {resumed})"
+                                                 if resumed else ""))
+            time.sleep(0.2)
+            for item in list(active):
+                run, process, log, start, command = item
+                if process.poll() is None:
+                    continue
+                active.remove(item)
+                log.close()
+                seconds = time.time() - start
+                with open(run["logdir"] / "launches.jsonl", "a") as f:
+                    f.write(json.dumps({"started": start, "seconds": seconds,
+                                        "returncode": process.returncode,
+                                        "command": command}) + "\n")
+                ok = process.returncode == 0
+                status[str(run["logdir"])] = "trained" if ok else f"failed ({process.returncode})"
+                say(f"agents: {run['variant']} seed {run['seed']}: "
+                    + (f"done in {seconds:.0f} s" if ok else
+                       f"FAILED with code {process.returncode}, see {run['logdir']}/train.log"))
+    finally:
+        for _, process, log, _, _ in active:  # Interrupted: stop our children; rerun resumes.
+            process.terminate()
+            process.wait()
+            log.close()
+    return status
+
+
+def probe(runs, config, out, say=print):
+    """``bayes-planet probe`` on every finished run without a probe.json (sequentially)."""
+    shared = pathlib.Path(out) / "probe_test_episodes"
+    for run in runs:
+        target = run["logdir"] / "probe"
+        if (target / "probe.json").exists() or episodes_on_disk(run["logdir"]) < run["episodes"]:
+            continue
+        command = [sys.executable, "-m", "bayes_planet.cli", "probe", "--logdir",
+                   str(run["logdir"]), "--out", str(target), "--test-episodes", str(shared),
+                   "--episodes", str(config["probe"]["episodes"]),
+                   "--horizons", ",".join(str(h) for h in config["probe"]["horizons"])]
+        with open(run["logdir"] / "probe.log", "a") as log:
+            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=_env())
+        say(f"agents: probe {run['variant']} seed {run['seed']}: "
+            + ("done" if code == 0 else f"FAILED ({code}), see {run['logdir']}/probe.log"))
+
+
+# ---------------------------------------------------------------- reading runs
+def read_jsonl(path):
+    path = pathlib.Path(path)
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def training_seconds(records):
+    """Seconds of the training loop, summed over resumed segments (the clock restarts)."""
+    total, last = 0.0, 0.0
+    for r in records:
+        if r["seconds"] < last:
+            total += last
+        last = r["seconds"]
+    return total + last
+
+
+def coverage_cells(physics, spec, bins):
+    """Flat indices of the ``bins × bins`` cells of one grid visited by ``physics`` rows."""
+    values = np.asarray(physics, np.float64)[:, list(spec["columns"])].copy()
+    for k, wrap in enumerate(spec["wrap"]):
+        if wrap:
+            values[:, k] = (values[:, k] + math.pi) % (2 * math.pi) - math.pi
+    low, high = np.asarray(spec["low"], np.float64), np.asarray(spec["high"], np.float64)
+    index = np.clip(np.floor((values - low) / (high - low) * bins), 0, bins - 1).astype(int)
+    return set((index[:, 0] * bins + index[:, 1]).tolist())
+
+
+def coverage_curves(logdir, coverage, steps_by_episode):
+    """``{grid: [(env_steps, fraction)]}`` after each collected episode (None: no physics)."""
+    folder = pathlib.Path(logdir) / "episodes"
+    files = sorted(p for p in folder.iterdir() if _EPISODE_FILE.match(p.name)) if folder.is_dir() \
+        else []
+    visited = {g["name"]: set() for g in coverage["grids"]}
+    curves = {name: [] for name in visited}
+    bins = coverage["bins"]
+    for i, path in enumerate(files):
+        with np.load(path) as npz:
+            if "physics" not in npz.files:
+                return None
+            physics = npz["physics"]
+        for spec in coverage["grids"]:
+            visited[spec["name"]] |= coverage_cells(physics, spec, bins)
+            if i + 1 in steps_by_episode:
+                curves[spec["name"]].append((steps_by_episode[i + 1],
+                                             len(visited[spec["name"]]) / bins ** 2))
+    return curves
+
+
+def read_run(run, config):
+    """Curves and numbers of one run from its logdir."""
+    logdir = run["logdir"]
+    records = read_jsonl(logdir / "metrics.jsonl")
+    evals = [(r["env_steps"], r["eval_return"]) for r in records if "eval_return" in r]
+    out = {
+        "logdir": str(logdir), "episodes": len(records),
+        "finished": episodes_on_disk(logdir) >= run["episodes"],
+        "env_steps": records[-1]["env_steps"] if records else 0,
+        "curves": {
+            "eval_return": evals,
+            "return": [(r["env_steps"], r["return"]) for r in records],
+            "weight_kl": [(r["env_steps"], r["weight_kl"]) for r in records if "weight_kl" in r],
+        },
+        "training_seconds": training_seconds(records) if records else None,
+        "launcher_seconds": sum(x["seconds"] for x in read_jsonl(logdir / "launches.jsonl"))
+        or None,
+        "final_eval_return": evals[-1][1] if evals else None,
+        "mean_eval_return": float(np.mean([e for _, e in evals])) if evals else None,
+        "final_weight_kl": _last(records, "weight_kl"),
+        "coverage": None,
+    }
+    if config["coverage"]["enabled"]:
+        steps = {r["episode"]: r["env_steps"] for r in records}
+        curves = coverage_curves(logdir, config["coverage"], steps)
+        if curves is not None:
+            out["curves"].update({f"coverage_{k}": v for k, v in curves.items()})
+            out["coverage"] = {k: v[-1][1] if v else None for k, v in curves.items()}
+    probe_path = logdir / "probe" / "probe.json"
+    if probe_path.exists():
+        out["probe"] = _probe_summary(json.loads(probe_path.read_text()))
+    return out
+
+
+def _last(records, key):
+    values = [r[key] for r in records if key in r]
+    return values[-1] if values else None
+
+
+def _probe_summary(report):
+    """``{'closed_loop/ridge/velocity': R², 'open_loop_h5/mlp/position': R², ...}``."""
+    flat = {}
+    entries = [("closed_loop", report["closed_loop"])]
+    entries += [(f"open_loop_h{h}", r) for h, r in report["open_loop"].items()]
+    for label, entry in entries:
+        for probe_name, result in entry.items():
+            for group, value in result["mean"].items():
+                flat[f"{label}/{probe_name}/{group}"] = value
+    return flat
+
+
+# ---------------------------------------------------------------- aggregation
+def mean_curve(curves):
+    """Mean, std and count over seeds of ``[(x, y)]`` curves on the union of their x."""
+    curves = [np.asarray(c, np.float64) for c in curves if len(c)]
+    if not curves:
+        return None
+    xs = np.unique(np.concatenate([c[:, 0] for c in curves]))
+    ys = np.full((len(curves), len(xs)), np.nan)
+    for i, c in enumerate(curves):
+        inside = (xs >= c[0, 0]) & (xs <= c[-1, 0])
+        ys[i, inside] = np.interp(xs[inside], c[:, 0], c[:, 1])
+    count = np.sum(~np.isnan(ys), 0)
+    mean = np.nansum(ys, 0) / count
+    std = np.sqrt(np.nansum((ys - mean) ** 2, 0) / count)
+    return {"steps": xs.tolist(), "mean": mean.tolist(), "std": std.tolist(),
+            "seeds": count.tolist()}
+
+
+def _stats(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
+
+
+def aggregate(config, out, runs, status=None):
+    out = pathlib.Path(out)
+    results = {"config": config, "variants": {}}
+    for variant in variants(config):
+        name = variant["name"]
+        per_run = {r["seed"]: read_run(r, config) for r in runs if r["variant"] == name}
+        for r in per_run.values():
+            r["status"] = (status or {}).get(r["logdir"], "finished" if r["finished"] else
+                                             "unfinished")
+        curve_keys = sorted({k for r in per_run.values() for k in r["curves"]})
+        summary = {key: _stats([r[key] for r in per_run.values()])
+                   for key in ("final_eval_return", "mean_eval_return", "training_seconds",
+                               "launcher_seconds", "final_weight_kl", "env_steps")}
+        coverage = [r["coverage"] for r in per_run.values() if r["coverage"]]
+        if coverage:
+            summary["coverage"] = {g: _stats([c[g] for c in coverage]) for g in coverage[0]}
+        probes = [r["probe"] for r in per_run.values() if "probe" in r]
+        if probes:
+            summary["probe"] = {k: _stats([p.get(k) for p in probes]) for k in probes[0]}
+        results["variants"][name] = {
+            **variant, "summary": summary,
+            "curves": {k: mean_curve([r["curves"].get(k, []) for r in per_run.values()])
+                       for k in curve_keys},
+            "runs": {str(seed): {k: v for k, v in r.items() if k != "curves"}
+                     for seed, r in per_run.items()},
+        }
+    plot_curves(results, out)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    text = summary_markdown(results)
+    (out / "summary.md").write_text(text)
+    return results
+
+
+def _fmt(stat, scale=1.0, digits=1):
+    if not stat:
+        return "–"
+    return f"{stat['mean'] * scale:.{digits}f} ± {stat['std'] * scale:.{digits}f} (n={stat['n']})"
+
+
+def summary_markdown(results):
+    c = results["config"]
+    lines = [f"task {c['task']}, base presets {c['base_presets']}, overrides {c['overrides']}, "
+             f"seeds {c['seeds']}; mean ± std over seeds", "",
+             "| variant | final eval return | mean eval return | training min | "
+             "launcher min | final weight KL | coverage |", "|---|---|---|---|---|---|---|"]
+    for name, v in results["variants"].items():
+        s = v["summary"]
+        cov = "; ".join(f"{g} {_fmt(st, digits=3)}" for g, st in s.get("coverage", {}).items())
+        lines.append(f"| {name} | {_fmt(s['final_eval_return'])} | "
+                     f"{_fmt(s['mean_eval_return'])} | {_fmt(s['training_seconds'], 1 / 60)} | "
+                     f"{_fmt(s['launcher_seconds'], 1 / 60)} | "
+                     f"{_fmt(s['final_weight_kl'], digits=0)} | {cov or '–'} |")
+    probed = {n: v["summary"]["probe"] for n, v in results["variants"].items()
+              if "probe" in v["summary"]}
+    if probed:
+        horizons = [int(h) for h in c["probe"]["horizons"]]
+        labels = ["closed_loop"] + [f"open_loop_h{h}" for h in horizons]
+        for group in ("velocity", "position"):
+            dims = "qvel" if group == "velocity" else "qpos"
+            lines += ["", f"probe R² of {group} ({dims} dims averaged) on shared held-out "
+                      "episodes, mean ± std over seeds", "",
+                      "| variant | probe | closed loop | "
+                      + " | ".join(f"open loop h={h}" for h in horizons) + " |",
+                      "|---|---|---|" + "---|" * len(horizons)]
+            for name, p in probed.items():
+                for probe_name in ("ridge", "mlp"):
+                    cells = [_fmt(p.get(f"{k}/{probe_name}/{group}"), digits=3) for k in labels]
+                    lines.append(f"| {name} | {probe_name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _band(ax, curve, label, color):
+    x, m, s = (np.asarray(curve[k]) for k in ("steps", "mean", "std"))
+    ax.plot(x, m, "o-", color=color, label=label, lw=1.5, ms=3)
+    ax.fill_between(x, m - s, m + s, color=color, alpha=0.2, lw=0)
+
+
+def plot_curves(results, out):
+    plt = _pyplot()
+    variants_ = results["variants"]
+    colors = {name: f"C{i}" for i, name in enumerate(variants_)}
+    seeds = len(results["config"]["seeds"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for name, v in variants_.items():
+        for ax, key in zip(axes, ("eval_return", "return"), strict=True):
+            if v["curves"].get(key):
+                _band(ax, v["curves"][key], name, colors[name])
+    axes[0].set(title=f"evaluation return (mean ± std, {seeds} seeds)",
+                xlabel="environment steps", ylabel="return")
+    axes[1].set(title="collection return (with exploration)", xlabel="environment steps")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(results["config"]["task"])
+    fig.tight_layout()
+    fig.savefig(out / "learning_curves.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for name, v in variants_.items():
+        curve = v["curves"].get("weight_kl")
+        if curve and max(curve["mean"]) > 0:  # PlaNet's deterministic transition has none.
+            _band(ax, curve, name, colors[name])
+    ax.set(title="weight KL(q(W) || p(W)) of the transition", xlabel="environment steps",
+           ylabel="nats")
+    if ax.lines:
+        ax.set_yscale("log")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "weight_kl.png", dpi=110)
+    plt.close(fig)
+
+    grids = [g["name"] for g in results["config"]["coverage"]["grids"]]
+    if results["config"]["coverage"]["enabled"]:
+        fig, axes = plt.subplots(1, len(grids), figsize=(5.5 * len(grids), 3.8), squeeze=False)
+        for ax, g in zip(axes[0], grids, strict=True):
+            for name, v in variants_.items():
+                if v["curves"].get(f"coverage_{g}"):
+                    _band(ax, v["curves"][f"coverage_{g}"], name, colors[name])
+            ax.set(title=f"state coverage: {g} grid", xlabel="environment steps",
+                   ylabel="fraction of visited cells")
+        axes[0][0].legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "coverage.png", dpi=110)
+        plt.close(fig)
+
+    probed = {n: v["summary"]["probe"] for n, v in variants_.items() if "probe" in v["summary"]}
+    if probed:
+        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
+        horizons = [0] + [int(h) for h in results["config"]["probe"]["horizons"]]
+        for ax, group in zip(axes, ("velocity", "position"), strict=True):
+            for name, p in probed.items():
+                for probe_name, style in (("ridge", "--o"), ("mlp", "-s")):
+                    keys = ["closed_loop"] + [f"open_loop_h{h}" for h in horizons[1:]]
+                    pts = [(h, p.get(f"{k}/{probe_name}/{group}")) for h, k in
+                           zip(horizons, keys, strict=True)]
+                    pts = [(h, s["mean"]) for h, s in pts if s]
+                    if pts:
+                        ax.plot(*zip(*pts, strict=True), style, color=colors[name],
+                                label=f"{name} {probe_name}")
+            ax.set(title=f"probe R² of {group} (0 = closed loop)",
+                   xlabel="open-loop horizon", ylabel="R² (held-out)")
+        axes[0].legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "probe.png", dpi=110)
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------- the command
+def main(argv=None):
+    parser = _config.add_arguments(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
+    parser.add_argument("--parallel", type=int, default=None,
+                        help="concurrent training runs (config: parallel)")
+    parser.add_argument("--aggregate-only", action="store_true",
+                        help="only re-aggregate the existing logdirs")
+    parser.add_argument("--probe", action="store_true",
+                        help="also run latent probes on finished runs (config: probe.enabled)")
+    args = parser.parse_args(argv)
+    config = _config.load_dict(CONFIG_PATH, _config.parse_presets(args.preset), args.set)
+    if args.out:
+        config["out"] = args.out
+    if args.parallel is not None:
+        config["parallel"] = args.parallel
+    if args.probe:
+        config["probe"]["enabled"] = True
+    if config["parallel"] < 1:
+        raise _config.ConfigError(f"expected parallel >= 1, received {config['parallel']}")
+    out = pathlib.Path(config["out"])
+    runs = grid(config, out)
+    _config.save_dict(config, out)
+    status = None
+    if not args.aggregate_only:
+        status = launch(runs, config["base_presets"], config["parallel"])
+        if config["probe"]["enabled"]:
+            probe(runs, config, out)
+    results = aggregate(config, out, runs, status)
+    print(summary_markdown(results))
+    failed = [k for k, v in (status or {}).items() if v.startswith("failed")]
+    results["failed"] = failed
+    return results
+
+
+if __name__ == "__main__":
+    sys.exit(1 if main()["failed"] else 0)

@@ -1,0 +1,185 @@
+"""Experiment scripts: calibration.py and agents.py (metrics, presets, debug runs end to end)."""
+
+import importlib.util
+import json
+import math
+import pathlib
+
+import numpy as np
+import pytest
+
+_EXPERIMENTS = pathlib.Path(__file__).resolve().parents[1] / "experiments"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"{name}_experiment", _EXPERIMENTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def calibration():
+    return _load("calibration")
+
+
+@pytest.fixture(scope="module")
+def agents():
+    return _load("agents")
+
+
+# ---------------------------------------------------------------- calibration metrics
+def test_ece_on_a_hand_computed_example(calibration):
+    probs = np.array([[0.9, 0.05, 0.05],    # confidence 0.9, correct  -> bin (0.8, 1.0]
+                      [0.1, 0.9, 0.0],      # confidence 0.9, wrong    -> bin (0.8, 1.0]
+                      [0.7, 0.2, 0.1],      # confidence 0.7, correct  -> bin (0.6, 0.8]
+                      [0.35, 0.45, 0.2]])   # confidence 0.45, wrong   -> bin (0.4, 0.6]
+    labels = np.array([0, 0, 0, 2])
+    # (2 |0.5 - 0.9| + 1 |1 - 0.7| + 1 |0 - 0.45|) / 4 = (0.8 + 0.3 + 0.45) / 4
+    assert calibration.expected_calibration_error(probs, labels, bins=5) == pytest.approx(
+        0.3875, abs=1e-12)
+    count, acc_sum, conf_sum = calibration.reliability_bins(probs, labels, bins=5)
+    assert count.tolist() == [0, 0, 1, 1, 2]
+    assert acc_sum.tolist() == [0, 0, 0, 1, 1]
+    # Calibrated: confidence 0.75 and 3 of 4 right -> ECE 0; always-right at 0.75 -> 0.25.
+    calibrated = np.tile([[0.75, 0.25]], (4, 1))
+    assert calibration.expected_calibration_error(calibrated, np.array([0, 0, 0, 1])) == (
+        pytest.approx(0.0, abs=1e-12))
+    assert calibration.expected_calibration_error(calibrated, np.zeros(4, int)) == (
+        pytest.approx(0.25))
+
+
+def test_entropy_mutual_information_and_auroc(calibration):
+    agree = np.tile([[[0.5, 0.5]]], (3, 1, 1))            # [S, N, C], samples agree
+    disagree = np.array([[[1.0, 0.0]], [[0.0, 1.0]]])     # confident, opposite
+    assert calibration.entropy(agree[0])[0] == pytest.approx(math.log(2))
+    assert calibration.mutual_information(agree)[0] == pytest.approx(0.0, abs=1e-9)
+    assert calibration.mutual_information(disagree)[0] == pytest.approx(math.log(2), abs=1e-6)
+    assert calibration.auroc([0.1, 0.2], [0.3, 0.4]) == 1.0
+    assert calibration.auroc([0.3, 0.4], [0.1, 0.2]) == 0.0
+    assert calibration.auroc([1.0, 1.0], [1.0, 1.0]) == 0.5
+
+
+def test_calibration_presets_merge_and_validate(calibration):
+    from bayes_planet.config import ConfigError
+
+    load = calibration._config.load_dict
+    config = load(calibration.CONFIG_PATH, ["debug"], ["digits.epochs=7", "seeds=[4, 5]"])
+    assert config["digits"]["epochs"] == 7 and config["seeds"] == [4, 5]
+    assert config["digits"]["hidden"] == [32] and config["digits"]["batch_size"] == 64
+    with pytest.raises(ConfigError, match="unknown preset"):
+        load(calibration.CONFIG_PATH, ["nope"])
+    with pytest.raises(ConfigError, match="unknown config key"):
+        load(calibration.CONFIG_PATH, [], ["digits.epoch=3"])
+    with pytest.raises(ConfigError, match="expected int"):
+        load(calibration.CONFIG_PATH, [], ["digits.epochs=many"])
+    with pytest.raises(ConfigError, match="unknown models"):
+        calibration.main(["--preset", "debug", "--set", "models=[dropout]"])
+
+
+def test_calibration_debug_preset(calibration, tmp_path):
+    results = calibration.main(["--preset", "debug", "--out", str(tmp_path)])
+    for name in ("config.yaml", "results.json", "summary.md", "reliability_diagram.png",
+                 "ood_entropy.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    assert (tmp_path / "reliability_diagram.png").stat().st_size > 10_000
+    on_disk = json.loads((tmp_path / "results.json").read_text())
+    assert on_disk == json.loads(json.dumps(results))
+    digits = on_disk["tasks"]["digits"]["models"]
+    assert list(digits) == ["deterministic", "reparameterization", "flipout",
+                            "variational_dropout"]
+    for kind, r in digits.items():
+        m = r["mean"]
+        assert m["accuracy"] > 0.2, (kind, m)  # Chance is 0.1, even after 2 epochs.
+        assert 0 <= m["ece"] <= 1 and math.isfinite(m["nll"])
+        for key in ("auroc_entropy_rotated_90", "auroc_mutual_info_uniform_noise"):
+            assert 0 <= m[key] <= 1
+    # A deterministic net has no epistemic part: mutual information 0, its AUROC chance.
+    assert digits["deterministic"]["mean"]["mutual_info_test"] == 0
+    assert digits["deterministic"]["mean"]["auroc_mutual_info_uniform_noise"] == 0.5
+    assert digits["flipout"]["mean"]["mutual_info_test"] > 0
+    diabetes = on_disk["tasks"]["diabetes"]["models"]
+    for kind, r in diabetes.items():
+        assert 20 < r["mean"]["rmse"] < 200 and math.isfinite(r["mean"]["nll"]), (kind, r)
+    assert diabetes["deterministic"]["mean"]["epistemic_std"] == 0
+    assert diabetes["reparameterization"]["mean"]["epistemic_std"] > 0
+    assert "| flipout |" in (tmp_path / "summary.md").read_text()
+
+
+# ---------------------------------------------------------------- agents: pure parts
+def test_agent_grid_names_and_commands(agents, tmp_path):
+    load = agents._config.load_dict
+    config = load(agents.CONFIG_PATH, ["exploration"])
+    assert [v["name"] for v in agents.variants(config)] == ["beta0", "beta1"]
+    runs = agents.grid(config, tmp_path)
+    assert len(runs) == 6 and runs[0]["logdir"] == tmp_path / "runs" / "beta0" / "seed0"
+    command = agents.train_command(runs[-1], config["base_presets"])
+    assert command[command.index("--preset") + 1] == "cpu"
+    assert "planner.beta=1.0" in command and "planner.weight_samples=4" in command
+    assert "task=cartpole-swingup_sparse" in command and "seed=2" in command
+    config = load(agents.CONFIG_PATH, ["comparison"])
+    names = [v["name"] for v in agents.variants(config)]
+    assert names == ["deterministic", "reparameterization", "flipout", "local_reparameterization"]
+    config = load(agents.CONFIG_PATH, [], ["estimators=[flipout, deterministic]",
+                                           "betas=[0, 2]"])
+    assert [v["name"] for v in agents.variants(config)][:2] == ["flipout_beta0", "flipout_beta2"]
+
+
+def test_agent_grid_validates_every_run_before_launching(agents, tmp_path):
+    from bayes_planet.config import ConfigError
+
+    config = agents._config.load_dict(agents.CONFIG_PATH, ["debug"], ["overrides=[model.nope=1]"])
+    with pytest.raises(ConfigError, match="unknown config key 'model.nope'"):
+        agents.grid(config, tmp_path)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_coverage_cells_wrap_angles_and_clip(agents):
+    spec = {"columns": [0, 1], "low": [-math.pi, -1.0], "high": [math.pi, 1.0],
+            "wrap": [True, False]}
+    physics = np.array([[0.1, 0.1],             # cell (2, 2) of 4 x 4
+                        [0.1 + 2 * math.pi, 0.2],   # same angle after a full turn
+                        [1.5 * math.pi, -5.0],      # -> -pi/2: row 1; clipped to column 0
+                        [-3.0, 0.99]])              # row 0, column 3
+    assert agents.coverage_cells(physics, spec, 4) == {2 * 4 + 2, 1 * 4 + 0, 0 * 4 + 3}
+
+
+def test_mean_curve_over_seeds_of_different_length(agents):
+    curve = agents.mean_curve([[(0, 0.0), (10, 10.0)], [(0, 2.0), (5, 2.0), (20, 2.0)]])
+    assert curve["steps"] == [0, 5, 10, 20]
+    assert curve["mean"] == pytest.approx([1.0, 3.5, 6.0, 2.0])
+    assert curve["std"] == pytest.approx([1.0, 1.5, 4.0, 0.0])
+    assert curve["seeds"] == [2, 2, 2, 1]
+    assert agents.mean_curve([[], []]) is None
+
+
+def test_training_seconds_sum_resumed_segments(agents):
+    records = [{"seconds": s} for s in (1.0, 5.0, 2.0, 4.0)]  # killed after 5 s, resumed
+    assert agents.training_seconds(records) == 9.0
+
+
+# ---------------------------------------------------------------- agents: end to end
+def test_agents_debug_preset(agents, tmp_path):
+    """Two tiny `bayes-planet train --preset debug` subprocesses, run side by side."""
+    results = agents.main(["--preset", "debug", "--out", str(tmp_path), "--parallel", "2"])
+    assert results["failed"] == []
+    for name in ("config.yaml", "results.json", "summary.md", "learning_curves.png",
+                 "weight_kl.png", "coverage.png"):
+        assert (tmp_path / name).stat().st_size > 0, name
+    variants = json.loads((tmp_path / "results.json").read_text())["variants"]
+    assert list(variants) == ["deterministic", "reparameterization"]
+    for v in variants.values():
+        run = v["runs"]["0"]
+        assert run["status"] == "trained" and run["finished"] and run["episodes"] == 3, run
+        assert run["final_eval_return"] is not None and run["training_seconds"] > 0
+        assert 0 < run["coverage"]["pole"] < 1 and 0 < run["coverage"]["cart"] < 1
+        assert v["curves"]["eval_return"]["seeds"] == [1]
+    assert variants["deterministic"]["runs"]["0"]["final_weight_kl"] == 0
+    assert variants["reparameterization"]["runs"]["0"]["final_weight_kl"] > 0
+    # Rerunning skips finished runs; --aggregate-only launches nothing either.
+    again = agents.main(["--preset", "debug", "--out", str(tmp_path)])
+    assert {r["status"] for v in again["variants"].values() for r in v["runs"].values()} == {
+        "finished before"}
+    agents.main(["--preset", "debug", "--out", str(tmp_path), "--aggregate-only"])
+    launches = tmp_path / "runs" / "deterministic" / "seed0" / "launches.jsonl"
+    assert len(launches.read_text().splitlines()) == 1
