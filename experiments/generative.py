@@ -32,16 +32,13 @@ beside the uniform and independent-pixel baselines.
 Writes ``config.yaml`` and ``results.json`` (and ``density.png``) into ``--out``.
 """
 
-import argparse
-import json
 import math
 import pathlib
-import time
 
 import numpy as np
-import yaml
 
 from bayes_planet import config as config_lib
+from bayes_planet.experiment import example_main
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 
@@ -337,30 +334,7 @@ EXAMPLES = {"vae": run_vae, "realnvp": run_realnvp, "vqvae": run_vqvae,
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", nargs="+", default=["vae"],
-                        help="presets from generative.yaml, merged in order")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="override config keys (dotted paths)")
-    parser.add_argument("--out", required=True, help="output directory")
-    args = parser.parse_args(argv)
-    config = load_config(args.preset, args.set)
-    if config["example"] not in EXAMPLES:
-        raise ValueError(f"Unknown example {config['example']!r}; expected {sorted(EXAMPLES)}")
-    out_dir = pathlib.Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-
-    import tensorflow as tf
-
-    tf.keras.utils.set_random_seed(config["seed"])
-    start = time.time()
-    results = EXAMPLES[config["example"]](config[config["example"]], config["seed"], out_dir)
-    results = {"example": config["example"], "presets": args.preset, **results,
-               "seconds": round(time.time() - start, 1)}
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
-    print(json.dumps({k: v for k, v in results.items() if k != "history"}, indent=2))
-    return results
+    return example_main(argv, __doc__, CONFIG_PATH, EXAMPLES, "vae", hide=("history",))
 
 
 if __name__ == "__main__":

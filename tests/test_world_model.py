@@ -233,3 +233,15 @@ def test_a_logdir_from_a_different_config_is_refused(tmp_path):
     assert result.returncode == 2
     assert "different config" in result.stderr and "batch_size" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("estimator", ["reparameterization", "flipout"])
+def test_rssm_with_a_bayesian_gru_cell(estimator):
+    """The optional Bayesian GRU: KL terms for its kernels, one weight sample per rollout."""
+    rssm = RSSM(deter=8, stoch=3, hidden=8, estimator=estimator, bayesian_gru=True)
+    embed, action = tf.random.normal([2, 5, 6]), tf.random.normal([2, 5, 2])
+    post, _ = rssm.observe(embed, action, tf.constant([1, 2]))
+    assert post["deter"].shape == (2, 5, 8)
+    assert len(rssm.losses) == 5  # three dense layers + the cell's kernel and recurrent kernel
+    again, _ = rssm.observe(embed, action, tf.constant([1, 2]))
+    np.testing.assert_array_equal(post["deter"].numpy(), again["deter"].numpy())

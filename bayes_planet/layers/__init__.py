@@ -6,6 +6,12 @@ prior is a *regularizer* collected in ``layer.losses`` (Tran et al., 2019).
 """
 
 from bayes_planet.layers import constraints, initializers, kernels, regularizers, tracing
+from bayes_planet.layers.attention import (
+    EinsumDenseFlipout,
+    EinsumDenseReparameterization,
+    MultiHeadAttentionFlipout,
+    MultiHeadAttentionReparameterization,
+)
 from bayes_planet.layers.base import BayesianLayer, bayesian_layers, fixed_noise
 from bayes_planet.layers.constraints import Exp, Positive, Softplus
 from bayes_planet.layers.conv import (
@@ -67,6 +73,12 @@ from bayes_planet.layers.outputs import (
 from bayes_planet.layers.point_process import GridPoissonProcess, PoissonProcess
 from bayes_planet.layers.random_features import RandomFourierFeatures
 from bayes_planet.layers.random_variable import RandomVariable
+from bayes_planet.layers.recurrent import (
+    GRUCellFlipout,
+    GRUCellReparameterization,
+    LSTMCellFlipout,
+    LSTMCellReparameterization,
+)
 from bayes_planet.layers.regularizers import (
     LogUniformKLDivergence,
     NormalEmpiricalBayesKLDivergence,
@@ -75,6 +87,7 @@ from bayes_planet.layers.regularizers import (
 )
 from bayes_planet.layers.revnet import RevNetBlock, RevNetSequence
 from bayes_planet.layers.tracing import condition, intercept, tape
+from bayes_planet.layers.transformer import PositionEmbedding, TransformerBlock, build_transformer
 from bayes_planet.layers.vq import VectorQuantizer, codebook_usage
 
 __all__ = [
@@ -96,11 +109,17 @@ __all__ = [
     "Discretize",
     "DiscretizedDistribution",
     "DistributionInitializer",
+    "EinsumDenseFlipout",
+    "EinsumDenseReparameterization",
     "Exp",
     "ExponentiatedQuadratic",
     "FixedNormal",
+    "GRUCellFlipout",
+    "GRUCellReparameterization",
     "GaussianProcess",
     "GridPoissonProcess",
+    "LSTMCellFlipout",
+    "LSTMCellReparameterization",
     "Linear",
     "LinearMean",
     "LogUniformKLDivergence",
@@ -110,11 +129,14 @@ __all__ = [
     "Matern52",
     "MixtureLogistic",
     "MixtureNormal",
+    "MultiHeadAttentionFlipout",
+    "MultiHeadAttentionReparameterization",
     "Normal",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
     "Permutation",
     "PoissonProcess",
+    "PositionEmbedding",
     "Positive",
     "RandomFourierFeatures",
     "RandomVariable",
@@ -130,10 +152,12 @@ __all__ = [
     "TrainableHeNormal",
     "TrainableMultivariateNormal",
     "TrainableNormal",
+    "TransformerBlock",
     "VectorQuantizer",
     "WhitenedKLDivergence",
     "ZeroMean",
     "bayesian_layers",
+    "build_transformer",
     "codebook_usage",
     "condition",
     "constraints",

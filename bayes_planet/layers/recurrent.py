@@ -22,23 +22,30 @@ Several weight samples in one batch (e.g. K model samples in a planner):
 ``cell.sample_weights(num_samples=K)`` before the sequence; batch row ``b`` then
 uses sample ``b // (batch // K)`` (contiguous groups; batch divisible by K). To
 hold a sample fixed across separate ``tf.function`` calls, pass the same
-stateless ``seed`` to ``sample_weights`` in each call.
+stateless ``seed`` to ``sample_weights`` in each call, or run the steps inside
+`bayes_planet.layers.fixed_noise(module, seed)`, which every sampling mode honours.
 
-Samples are cached per graph (a sample drawn in a function is visible to its
-nested loop bodies, never to other functions or to eager code). A cell called
-without a current sample draws one lazily; inside a ``tf.while_loop``/``tf.scan``
-body that draw would repeat every step, so call ``get_initial_state`` or
-``sample_weights`` before the loop (a warning says so).
+A cell stepped without a sequence start (e.g. ``cell(x_t, h)`` inside ``tf.scan``)
+draws its sample lazily at the first step and keeps it; a draw from inside a
+``while_loop``/``scan`` body or ``cond`` branch is placed in the enclosing graph,
+so the loop draws once. Samples are cached per graph: visible to that graph's
+loop bodies and branches, never to another (even nested) ``tf.function``.
 """
 
-import warnings
+import contextlib
 import weakref
 
 import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import estimators, initializers, regularizers
-from bayes_planet.layers.base import BayesianLayer, check_positive_int, moments, split_seed
+from bayes_planet.layers.base import (
+    BayesianLayer,
+    check_positive_int,
+    moments,
+    split_seed,
+    standard_normal,
+)
 from bayes_planet.layers.initializers import DistributionInitializer
 
 __all__ = [
@@ -59,15 +66,22 @@ class _EagerKey:
 _EAGER = _EagerKey()
 
 
-def _in_loop_body(graph):
-    return type(graph).__name__ == "WhileBodyFuncGraph"  # tf.while_loop / tf.scan bodies
+def _outside_control_flow():
+    """The innermost graph enclosing the current one that is not a loop body or
+    ``cond`` branch (the current graph itself if it is not one)."""
+    graph = tf.compat.v1.get_default_graph()
+    while getattr(graph, "is_control_flow_graph", False):
+        graph = graph.outer_graph
+    return graph
 
 
 class _SampleCache:
     """Per-graph storage of the current weight sample (like Keras' dropout-mask cache).
 
-    A lookup from a nested function graph (a loop body, a ``cond`` branch) falls back
-    to its enclosing function graphs, which it may capture; it never reaches eager.
+    A lookup from a control-flow graph (a ``while_loop``/``scan`` body, a ``cond``
+    branch) falls back to the enclosing graph, which it captures. It never crosses a
+    ``tf.function`` boundary (a nested function drawing its own sample stays
+    self-contained, as SavedModel export requires) and never reaches eager.
     """
 
     def __init__(self):
@@ -80,10 +94,8 @@ class _SampleCache:
     def get(self):
         key = self._key()
         value = self._values.get(key)
-        while value is None and isinstance(key, tf.__internal__.FuncGraph):
+        while value is None and getattr(key, "is_control_flow_graph", False):
             key = key.outer_graph
-            if not isinstance(key, tf.__internal__.FuncGraph):
-                return None
             value = self._values.get(key)
         return value
 
@@ -100,8 +112,9 @@ class _Sample:
     and, when the batch size was known at draw time, the signs themselves.
     """
 
-    def __init__(self, weights, bias, num_samples):
+    def __init__(self, weights, bias, num_samples, fixed_seed=None):
         self.weights, self.bias, self.num_samples = weights, bias, num_samples
+        self.fixed_seed = fixed_seed  # the `fixed_noise` seed it was drawn with, if any
         self.fresh = False
 
 
@@ -121,12 +134,12 @@ def _add_bias(z, bias):
 
 
 def _draw_value(weight, seed, num_samples, dtype):
-    """``loc + scale * eps`` in ``dtype`` (as `estimators.reparameterization` draws it)."""
+    """``loc + scale * eps`` in ``dtype``, drawn as `estimators.reparameterization` does."""
     loc, scale = moments(weight, dtype)
     if scale is None:
         return loc
     shape = tf.shape(loc) if num_samples == 1 else [num_samples, *loc.shape]
-    return loc + scale * tf.random.stateless_normal(shape, seed, dtype=dtype)
+    return loc + scale * standard_normal(shape, seed, dtype=dtype)
 
 
 def _replica_seed(seed):
@@ -232,7 +245,7 @@ class _BayesianCell(BayesianLayer):
         super().reset_dropout_mask()
         if self.sampling == "sequence" and self.built:
             self._start_sequence(None)
-            self._sample_cache.get().fresh = False
+            self._claim(self._sample_cache.get())
 
     # Internals -------------------------------------------------------------------
 
@@ -258,13 +271,13 @@ class _BayesianCell(BayesianLayer):
             delta = None
             if scale is not None:
                 shape = tf.shape(loc) if num_samples == 1 else [num_samples, *loc.shape]
-                delta = scale * tf.random.stateless_normal(shape, eps_seed, dtype=dtype)
+                delta = scale * standard_normal(shape, eps_seed, dtype=dtype)
             weights[name] = {"loc": loc, "delta": delta, "in_seed": _replica_seed(in_seed),
                              "out_seed": _replica_seed(out_seed)}
         bias = None
         if self.use_bias:
             bias = _draw_value(self.bias, bias_seed, num_samples, dtype)
-        sample = _Sample(weights, bias, num_samples)
+        sample = _Sample(weights, bias, num_samples, getattr(self, "_fixed_seed", None))
         if batch_size is not None:
             self._draw_signs(sample, batch_size)
         return sample
@@ -283,16 +296,22 @@ class _BayesianCell(BayesianLayer):
         if self.sampling == "step":
             return self._draw(self._next_seed(), 1, tf.shape(inputs)[0])
         sample = self._sample_cache.get()
-        if sample is None:
-            if _in_loop_body(tf.compat.v1.get_default_graph()):
-                warnings.warn(
-                    f"{self.name} drew its per-sequence weight sample inside a loop body, so "
-                    "it is redrawn at every step. Call get_initial_state() or "
-                    "sample_weights() before the loop.", stacklevel=3)
-            sample = self._draw(self._next_seed(), 1, None)
-            self._sample_cache.set(sample)
-        sample.fresh = False
+        fixed = getattr(self, "_fixed_seed", None)
+        if sample is not None and sample.fresh:
+            self._claim(sample)
+        elif sample is None or (fixed is not None and sample.fixed_seed is not fixed):
+            # No sequence started here (or a new `fixed_noise` block): draw lazily, in
+            # the graph enclosing any loop body, so a tf.scan/while_loop draws once.
+            graph = None if tf.executing_eagerly() else _outside_control_flow()
+            with graph.as_default() if graph is not None else contextlib.nullcontext():
+                sample = self._draw(self._next_seed(), 1, None)
+                self._sample_cache.set(sample)
         return sample
+
+    def _claim(self, sample):
+        """Marks a sample as used by the current sequence (and `fixed_noise` block)."""
+        sample.fresh = False
+        sample.fixed_seed = getattr(self, "_fixed_seed", None)
 
     def _linear(self, x, sample, name, cols=None):
         """``x @ W[:, cols]`` for the sampled weight ``name`` (Flipout: mean + perturbation)."""
@@ -448,3 +467,9 @@ LSTMCellFlipout = _make("LSTMCellFlipout", _BayesianLSTMCell, True, _FLIPOUT_DOC
 GRUCellReparameterization = _make("GRUCellReparameterization", _BayesianGRUCell, False,
                                   _REPARAM_DOC)
 GRUCellFlipout = _make("GRUCellFlipout", _BayesianGRUCell, True, _FLIPOUT_DOC)
+
+# `keras.layers.RNN.get_config` nests the cell with its bare class name, which the
+# legacy (SavedModel) loader looks up without the package prefix: register it too.
+for _cls in (LSTMCellReparameterization, LSTMCellFlipout, GRUCellReparameterization,
+             GRUCellFlipout):
+    keras.utils.get_custom_objects().setdefault(_cls.__name__, _cls)

@@ -1,0 +1,52 @@
+"""The shared entry point of the example scripts in ``experiments/``.
+
+``python experiments/<kind>.py --preset <name> [more presets] --set key=value --out DIR``:
+merges the script's YAML (`bayes_planet.config`), writes the merged ``config.yaml`` to
+``DIR``, seeds TensorFlow, runs ``examples[config['example']]`` and writes
+``results.json``.
+"""
+
+import argparse
+import json
+import pathlib
+import time
+
+from bayes_planet import config as config_lib
+
+__all__ = ["example_main"]
+
+
+def example_main(argv, doc, config_path, examples, default_preset, hide=()):
+    """Parses ``argv``, runs the selected example, returns its results dict.
+
+    Args:
+      argv: command-line arguments (None: ``sys.argv[1:]``).
+      doc: the script's docstring (its first line is the CLI description).
+      config_path: the script's YAML (``defaults`` + presets).
+      examples: ``{name: fn(section_config, seed, out_dir) -> dict}``.
+      default_preset: preset used when none is given.
+      hide: result keys left out of the printed summary (e.g. long histories).
+    """
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    parser.add_argument("--preset", nargs="+", default=[default_preset],
+                        help=f"presets from {pathlib.Path(config_path).name}, merged in order")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="override config keys (dotted paths)")
+    parser.add_argument("--out", required=True, help="output directory")
+    args = parser.parse_args(argv)
+    config = config_lib.load_dict(config_path, args.preset, args.set)
+    if config["example"] not in examples:
+        raise ValueError(f"Unknown example {config['example']!r}; expected {sorted(examples)}")
+    out_dir = pathlib.Path(args.out)
+    config_lib.save_dict(config, out_dir)
+
+    import tensorflow as tf
+
+    tf.keras.utils.set_random_seed(config["seed"])
+    start = time.time()
+    results = examples[config["example"]](config[config["example"]], config["seed"], out_dir)
+    results = {"example": config["example"], "presets": args.preset, **results,
+               "seconds": round(time.time() - start, 1)}
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    print(json.dumps({k: v for k, v in results.items() if k not in hide}, indent=2))
+    return results

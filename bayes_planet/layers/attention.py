@@ -1,0 +1,277 @@
+"""Bayesian multi-head attention: Bayesian query/key/value/output projections.
+
+`MultiHeadAttentionReparameterization` and `MultiHeadAttentionFlipout` are
+``keras.layers.MultiHeadAttention`` (same arguments, call signature, masks and
+shapes) whose four ``EinsumDense`` projections are Bayesian: each kernel is a
+distribution (``'trainable_normal'``) with its KL to the prior
+(``'normal_kl_divergence'``) in ``layer.losses``. The Bayesian Transformer of
+Bayesian Layers (Tran et al., 2019, Sec. 3) uses the Flipout version.
+
+The projections are `EinsumDenseReparameterization` / `EinsumDenseFlipout`,
+Bayesian ``keras.layers.EinsumDense`` layers built on the shared estimators with
+``tf.einsum`` as the linear op. Flipout's per-example signs cover every input
+feature and every output unit: for an equation that contracts the trailing input
+axes (``'abc,cde->abde'``, ``'abcd,cde->abe'``, every MHA projection) the
+estimator sees the input with its contracted axes flattened to one feature axis
+and the output with its kernel axes flattened, so signs are ``[batch, 1, in]``
+and ``[batch, 1, out]`` (shared over the sequence axis, like a Flipout Dense
+applied per token).
+"""
+
+import copy
+import zlib
+
+import numpy as np
+import tensorflow as tf
+
+from bayes_planet._keras import keras
+from bayes_planet.layers import estimators, initializers, regularizers
+from bayes_planet.layers.base import BayesianLayer, moments, split_seed, standard_normal
+
+__all__ = [
+    "EinsumDenseFlipout",
+    "EinsumDenseReparameterization",
+    "MultiHeadAttentionFlipout",
+    "MultiHeadAttentionReparameterization",
+]
+
+_register = keras.saving.register_keras_serializable(package="bayes_planet")
+
+
+def _split_equation(equation):
+    inputs, output = equation.replace(" ", "").split("->")
+    lhs, rhs = inputs.split(",")
+    return lhs, rhs, output
+
+
+def _flat_plan(equation):
+    """(n_contracted, n_kernel_out) if the equation is a dense map over trailing axes.
+
+    That is ``free + contracted, contracted + out -> free + out`` (``free`` may start
+    with ``...``); otherwise None.
+    """
+    lhs, rhs, out = _split_equation(equation)
+    contracted = [c for c in lhs if c in rhs and c not in out]
+    k = len(contracted)
+    if k == 0 or lhs[-k:] != "".join(contracted) or rhs[:k] != "".join(contracted):
+        return None
+    free, kernel_out = lhs[:-k], rhs[k:]
+    if any(c in free for c in kernel_out) or out != free + kernel_out:
+        return None
+    return k, len(kernel_out)
+
+
+class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
+    """EinsumDense with a distribution over its kernel; subclasses set ``_estimator``.
+
+    Args: as `keras.layers.EinsumDense` (``equation``, ``output_shape``,
+      ``activation``, ``bias_axes``, ...), with Bayesian defaults
+      ``kernel_initializer='trainable_normal'`` and
+      ``kernel_regularizer='normal_kl_divergence'``, plus ``seed``.
+
+    Shapes: as the equation says; e.g. ``'abc,cde->abde'`` maps ``[B, T, C]`` to
+    ``[B, T, D, E]``.
+    """
+
+    _estimator = None
+
+    def __init__(self, equation, output_shape, activation=None, bias_axes=None,
+                 kernel_initializer="trainable_normal", bias_initializer="zeros",
+                 kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
+                 seed=None, **kwargs):
+        super().__init__(
+            equation=equation,
+            output_shape=output_shape,
+            activation=activation,
+            bias_axes=bias_axes,
+            kernel_initializer=initializers.get(kernel_initializer),
+            bias_initializer=initializers.get(bias_initializer),
+            kernel_regularizer=regularizers.get(kernel_regularizer),
+            bias_regularizer=regularizers.get(bias_regularizer),
+            **kwargs,
+        )
+        self._init_seed(seed)
+        self._plan = _flat_plan(equation)
+        if self._estimator is not estimators.reparameterization and self._plan is None:
+            raise ValueError(
+                f"{type(self).__name__} needs an equation that contracts the trailing input "
+                "axes with the leading kernel axes and appends the remaining kernel axes "
+                f"(e.g. 'abc,cde->abde'). Received: equation={equation!r}"
+            )
+
+    def _project(self, x, seed):
+        einsum = lambda t, k: tf.einsum(self.equation, t, k)  # noqa: E731
+        if self._estimator is estimators.reparameterization:  # no signs: no flat view needed
+            return self._estimator(einsum, x, self.kernel, seed)
+        # Flat view: contracted input axes -> one feature axis, kernel output axes -> one.
+        n_in = self._plan[0]
+        x_shape = tf.shape(x)
+        in_dims = x.shape[x.shape.rank - n_in:]
+        flat_in = tf.reshape(x, tf.concat([x_shape[:-n_in], [int(np.prod(in_dims))]], 0))
+        kernel_out = self.kernel.weight_shape[n_in:] if hasattr(
+            self.kernel, "weight_shape") else self.kernel.shape[n_in:]
+        out_flat = int(np.prod(kernel_out))
+
+        def op(t, k):
+            y = tf.einsum(self.equation, tf.reshape(t, x_shape), k)
+            return tf.reshape(y, tf.concat([x_shape[:-n_in], [out_flat]], 0))
+
+        y = self._estimator(op, flat_in, self.kernel, seed)
+        y = tf.reshape(y, tf.concat([x_shape[:-n_in], list(kernel_out)], 0))
+        y.set_shape(x.shape[:-n_in].concatenate(kernel_out))
+        return y
+
+    def call(self, inputs):
+        x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
+        kernel_seed, bias_seed = split_seed(self._next_seed(), 2)
+        out = self._project(x, kernel_seed)
+        if self.bias is not None:
+            loc, scale = moments(self.bias, out.dtype)
+            if scale is not None:
+                loc = loc + scale * standard_normal(tf.shape(loc), bias_seed, dtype=loc.dtype)
+            out += loc
+        return self.activation(out) if self.activation is not None else out
+
+
+@_register
+class EinsumDenseReparameterization(_BayesianEinsumDense):
+    """Bayesian `keras.layers.EinsumDense`, reparameterization estimator.
+
+    ``einsum(x, W) + b`` with one ``W = loc + scale * eps`` per call shared by the
+    batch (Blundell et al., 2015). Any EinsumDense equation.
+    """
+
+    _estimator = staticmethod(estimators.reparameterization)
+
+
+@_register
+class EinsumDenseFlipout(_BayesianEinsumDense):
+    """Bayesian `keras.layers.EinsumDense`, Flipout estimator (Wen et al., 2018).
+
+    ``einsum(x, M) + einsum(x ∘ s, σ ∘ E) ∘ r`` with one perturbation ``E`` per call
+    and per-example signs ``s`` over all input features, ``r`` over all output
+    units (see the module docstring); twice the einsum cost.
+    """
+
+    _estimator = staticmethod(estimators.flipout)
+
+
+_SUBLAYERS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
+
+
+class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
+    """MultiHeadAttention with Bayesian projections; subclasses set ``_dense_cls``.
+
+    Args: as `keras.layers.MultiHeadAttention` (``num_heads``, ``key_dim``,
+      ``value_dim``, ``dropout``, ``use_bias``, ``output_shape``,
+      ``attention_axes``, ...), with Bayesian defaults
+      ``kernel_initializer='trainable_normal'`` and
+      ``kernel_regularizer='normal_kl_divergence'`` (each projection gets a fresh
+      initializer built from this one), plus ``seed``: the projections' seeds are
+      derived from it and their names (None: random).
+
+    Call, masks and shapes: as `keras.layers.MultiHeadAttention`, e.g.
+      ``layer(query [B, T, E], value [B, S, E])`` returns ``[B, T, E]``.
+    """
+
+    _dense_cls = None
+
+    def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True,
+                 output_shape=None, attention_axes=None,
+                 kernel_initializer="trainable_normal", bias_initializer="zeros",
+                 kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
+                 seed=None, **kwargs):
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+            raise ValueError(f"Expected a non-negative integer or None. Received: seed={seed!r}")
+        # Keras builds its (replaced) sublayers from plain initializers; ours are kept
+        # as configs so each projection gets a fresh distribution initializer.
+        super().__init__(
+            num_heads=num_heads, key_dim=key_dim, value_dim=value_dim, dropout=dropout,
+            use_bias=use_bias, output_shape=output_shape, attention_axes=attention_axes,
+            kernel_regularizer=regularizers.get(kernel_regularizer),
+            bias_regularizer=regularizers.get(bias_regularizer),
+            activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint, **kwargs,
+        )
+        self.seed = seed
+        self._store_init_configs(kernel_initializer, bias_initializer)
+
+    @tf.__internal__.tracking.no_automatic_dependency_tracking
+    def _store_init_configs(self, kernel_initializer, bias_initializer):
+        self._kernel_init_config = initializers.serialize(initializers.get(kernel_initializer))
+        self._bias_init_config = initializers.serialize(initializers.get(bias_initializer))
+
+    def _sublayer_seed(self, name):
+        if self.seed is None:
+            return None
+        return zlib.crc32(f"{self.seed}/{name}".encode()) % (2**31 - 1)
+
+    def _build_from_signature(self, query, value, key=None):
+        super()._build_from_signature(query, value, key)
+        # Swap each Keras EinsumDense (not yet built) for its Bayesian twin.
+        for attr in _SUBLAYERS:
+            dense = getattr(self, attr)
+            config = dense.get_config()
+            delattr(self, attr)
+            setattr(self, attr, self._dense_cls(
+                equation=config["equation"],
+                output_shape=config["output_shape"],
+                bias_axes=config["bias_axes"],
+                activation=config["activation"],
+                kernel_initializer=initializers.get(copy.deepcopy(self._kernel_init_config)),
+                bias_initializer=initializers.get(copy.deepcopy(self._bias_init_config)),
+                kernel_regularizer=self._kernel_regularizer,
+                bias_regularizer=self._bias_regularizer,
+                activity_regularizer=self._activity_regularizer,
+                kernel_constraint=self._kernel_constraint,
+                bias_constraint=self._bias_constraint,
+                dtype=self._dtype_policy,
+                name=config["name"],
+                seed=self._sublayer_seed(config["name"]),
+            ))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            kernel_initializer=copy.deepcopy(self._kernel_init_config),
+            bias_initializer=copy.deepcopy(self._bias_init_config),
+            kernel_regularizer=regularizers.serialize(self._kernel_regularizer),
+            bias_regularizer=regularizers.serialize(self._bias_regularizer),
+            seed=self.seed,
+        )
+        for key in ("query_shape", "key_shape", "value_shape"):  # JSON-friendly shapes.
+            if config.get(key) is not None:
+                config[key] = tf.TensorShape(config[key]).as_list()
+        return config
+
+
+@_register
+class MultiHeadAttentionReparameterization(_BayesianMultiHeadAttention):
+    """Multi-head attention with reparameterization-sampled projections.
+
+    `keras.layers.MultiHeadAttention` whose query/key/value/output projections are
+    `EinsumDenseReparameterization`: one kernel sample per projection and call,
+    shared by the batch. See `_BayesianMultiHeadAttention` for arguments.
+    """
+
+    _dense_cls = EinsumDenseReparameterization
+
+
+@_register
+class MultiHeadAttentionFlipout(_BayesianMultiHeadAttention):
+    """Multi-head attention with Flipout projections (the Bayesian Transformer's).
+
+    `keras.layers.MultiHeadAttention` whose query/key/value/output projections are
+    `EinsumDenseFlipout`: per-example pseudo-independent kernel samples (Wen et
+    al., 2018) at about twice the projection cost. See
+    `_BayesianMultiHeadAttention` for arguments.
+    """
+
+    _dense_cls = EinsumDenseFlipout
+
+# Configs nested in another layer's config (e.g. a custom layer holding an attention
+# layer) are looked up by bare class name by the legacy SavedModel loader.
+for _cls in (EinsumDenseReparameterization, EinsumDenseFlipout,
+             MultiHeadAttentionReparameterization, MultiHeadAttentionFlipout):
+    keras.utils.get_custom_objects().setdefault(_cls.__name__, _cls)

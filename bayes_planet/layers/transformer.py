@@ -1,0 +1,208 @@
+"""Transformer block with pluggable estimators, and a small Bayesian Transformer.
+
+Bayesian Layers' "Bayesian Transformer" (Tran et al., 2019, Sec. 3) replaces the
+attention projections by Flipout ones and the feed-forward layers by
+local-reparameterization ones. `TransformerBlock` takes both estimators as
+arguments, so the deterministic baseline is the same block with
+``attention='deterministic', feed_forward='deterministic'``.
+`build_transformer` stacks blocks into a token-sequence model (embedding +
+learned positions + blocks + a deterministic per-token softmax head).
+"""
+
+import zlib
+
+import tensorflow as tf
+
+from bayes_planet._keras import keras
+from bayes_planet.layers import attention as attention_lib
+from bayes_planet.layers import dense as dense_lib
+from bayes_planet.layers.base import check_positive_int
+
+__all__ = ["PositionEmbedding", "TransformerBlock", "build_transformer"]
+
+_register = keras.saving.register_keras_serializable(package="bayes_planet")
+
+ATTENTION_ESTIMATORS = {
+    "deterministic": keras.layers.MultiHeadAttention,
+    "reparameterization": attention_lib.MultiHeadAttentionReparameterization,
+    "flipout": attention_lib.MultiHeadAttentionFlipout,
+}
+FEED_FORWARD_ESTIMATORS = {
+    "deterministic": keras.layers.Dense,
+    "reparameterization": dense_lib.DenseReparameterization,
+    "flipout": dense_lib.DenseFlipout,
+    "local_reparameterization": dense_lib.DenseLocalReparameterization,
+}
+
+
+def _choice(name, value, options):
+    if value not in options:
+        raise ValueError(f"Expected {name} in {sorted(options)}. Received: {name}={value!r}")
+    return value
+
+
+def _sub_seed(seed, name):
+    return None if seed is None else zlib.crc32(f"{seed}/{name}".encode()) % (2**31 - 1)
+
+
+@_register
+class TransformerBlock(keras.layers.Layer):
+    """Self-attention + feed-forward block with residuals and layer norm (post-norm).
+
+    ``y = LN(x + Drop(MHA(x, x)))``; ``out = LN(y + Drop(W2 act(W1 y)))``
+    (Vaswani et al., 2017). The attention and feed-forward layers are Bayesian or
+    deterministic according to ``attention`` and ``feed_forward``; Bayesian ones
+    put their KL terms in ``layer.losses``.
+
+    Args:
+      num_heads: attention heads.
+      key_dim: size of each head.
+      ff_dim: hidden width of the feed-forward layer.
+      attention: ``'flipout'`` (default, as the paper), ``'reparameterization'`` or
+        ``'deterministic'`` (``keras.layers.MultiHeadAttention``).
+      feed_forward: ``'local_reparameterization'`` (default, as the paper),
+        ``'flipout'``, ``'reparameterization'`` or ``'deterministic'`` (Dense).
+      dropout: dropout rate on the attention weights and both residual branches.
+      activation: feed-forward activation.
+      causal: if True, position t attends only to positions <= t.
+      seed: int or None; Bayesian sublayers get seeds derived from it.
+
+    Input: ``[batch, length, d_model]``; optional ``mask`` ``[batch, length]``
+    (True = real token). Output: same shape as the input.
+    """
+
+    def __init__(self, num_heads, key_dim, ff_dim, attention="flipout",
+                 feed_forward="local_reparameterization", dropout=0.0, activation="relu",
+                 causal=False, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int("num_heads", num_heads)
+        self.key_dim = check_positive_int("key_dim", key_dim)
+        self.ff_dim = check_positive_int("ff_dim", ff_dim)
+        self.attention = _choice("attention", attention, ATTENTION_ESTIMATORS)
+        self.feed_forward = _choice("feed_forward", feed_forward, FEED_FORWARD_ESTIMATORS)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"Expected 0 <= dropout < 1. Received: dropout={dropout}")
+        self.dropout = float(dropout)
+        self.activation = keras.activations.get(activation)
+        self.causal = bool(causal)
+        self.seed = seed
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        d_model = int(input_shape[-1])
+        att_kwargs = {"num_heads": self.num_heads, "key_dim": self.key_dim,
+                      "dropout": self.dropout, "dtype": self.dtype_policy, "name": "attention"}
+        if self.attention != "deterministic":
+            att_kwargs["seed"] = _sub_seed(self.seed, "attention")
+        self.attention_layer = ATTENTION_ESTIMATORS[self.attention](**att_kwargs)
+        dense_cls = FEED_FORWARD_ESTIMATORS[self.feed_forward]
+
+        def dense(units, name, activation=None):
+            kwargs = {"activation": activation, "dtype": self.dtype_policy, "name": name}
+            if self.feed_forward != "deterministic":
+                kwargs["seed"] = _sub_seed(self.seed, name)
+            return dense_cls(units, **kwargs)
+
+        self.ff_in = dense(self.ff_dim, "ff_in", self.activation)
+        self.ff_out = dense(d_model, "ff_out")
+        self.norm_attention = keras.layers.LayerNormalization(
+            epsilon=1e-6, dtype=self.dtype_policy, name="norm_attention")
+        self.norm_ff = keras.layers.LayerNormalization(
+            epsilon=1e-6, dtype=self.dtype_policy, name="norm_ff")
+        self.drop = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
+        shape = tf.TensorShape(input_shape)
+        self.attention_layer._build_from_signature(shape, shape)
+        # Build under each sublayer's name scope: unique variable names (HDF5 saving).
+        for layer, layer_shape in ((self.ff_in, shape),
+                                   (self.ff_out, shape[:-1].concatenate([self.ff_dim])),
+                                   (self.norm_attention, shape), (self.norm_ff, shape)):
+            with tf.name_scope(layer.name):
+                layer.build(layer_shape)
+        super().build(input_shape)
+
+    def call(self, inputs, mask=None, training=None):
+        attention_mask = None
+        if mask is not None:
+            m = tf.cast(mask, tf.bool)
+            attention_mask = m[:, None, :] & m[:, :, None]
+        att = self.attention_layer(inputs, inputs, attention_mask=attention_mask,
+                                   use_causal_mask=self.causal, training=training)
+        y = self.norm_attention(inputs + self.drop(att, training=training))
+        ff = self.ff_out(self.ff_in(y))
+        return self.norm_ff(y + self.drop(ff, training=training))
+
+    def compute_output_shape(self, input_shape):
+        return tf.TensorShape(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads, key_dim=self.key_dim, ff_dim=self.ff_dim,
+            attention=self.attention, feed_forward=self.feed_forward, dropout=self.dropout,
+            activation=keras.activations.serialize(self.activation), causal=self.causal,
+            seed=self.seed,
+        )
+        return config
+
+
+@_register
+class PositionEmbedding(keras.layers.Layer):
+    """Adds a learned position embedding: ``x[:, t] + P[t]`` for ``t < max_length``.
+
+    Input ``[batch, length, d]`` with static ``length <= max_length``; same output.
+    """
+
+    def __init__(self, max_length, initializer="glorot_uniform", **kwargs):
+        super().__init__(**kwargs)
+        self.max_length = check_positive_int("max_length", max_length)
+        self.initializer = keras.initializers.get(initializer)
+        self.supports_masking = True
+
+    def build(self, input_shape):
+        self.positions = self.add_weight(
+            name="positions", shape=(self.max_length, int(input_shape[-1])),
+            initializer=self.initializer)
+        super().build(input_shape)
+
+    def call(self, inputs):
+        length = inputs.shape[1]
+        if length is None or length > self.max_length:
+            raise ValueError(f"Expected a static length <= max_length={self.max_length}. "
+                             f"Received: input shape {inputs.shape}")
+        return inputs + tf.cast(self.positions[:length], inputs.dtype)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(max_length=self.max_length,
+                      initializer=keras.initializers.serialize(self.initializer))
+        return config
+
+
+def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, ff_dim=128,
+                      num_layers=2, attention="flipout",
+                      feed_forward="local_reparameterization", dropout=0.0, causal=False,
+                      seed=None, name="bayesian_transformer"):
+    """A small (Bayesian) Transformer over token sequences: per-token class logits.
+
+    Token + learned position embeddings, ``num_layers`` `TransformerBlock`s with the
+    given estimators, and a deterministic ``Dense(num_classes)`` head (as the
+    paper's Bayesian Transformer, only attention and feed-forward layers are
+    Bayesian). ``attention='deterministic', feed_forward='deterministic'`` gives
+    the plain Transformer baseline.
+
+    Input: int tokens ``[batch, length]``. Output: logits
+    ``[batch, length, num_classes]``. Returns a functional `keras.Model`.
+    """
+    tokens = keras.Input(shape=(length,), dtype="int32", name="tokens")
+    x = keras.layers.Embedding(vocab_size, d_model, name="embedding")(tokens)
+    x = PositionEmbedding(length, name="positions")(x)
+    for i in range(num_layers):
+        x = TransformerBlock(num_heads, d_model // num_heads, ff_dim, attention=attention,
+                             feed_forward=feed_forward, dropout=dropout, causal=causal,
+                             seed=_sub_seed(seed, f"block{i}"), name=f"block_{i}")(x)
+    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
+    return keras.Model(tokens, logits, name=name)
+
+# Bare names for the legacy SavedModel loader (configs nested in other layers).
+for _cls in (TransformerBlock, PositionEmbedding):
+    keras.utils.get_custom_objects().setdefault(_cls.__name__, _cls)
