@@ -27,7 +27,7 @@ from tf_agents.environments import tf_py_environment
 from tf_agents.policies import py_tf_eager_policy, random_py_policy
 
 from bayes_planet import config as config_lib
-from bayes_planet import envs
+from bayes_planet import distribute, envs
 from bayes_planet.agent import PlannerPolicy
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv
 from bayes_planet.replay import EpisodeReplay
@@ -100,11 +100,18 @@ class Trainer:
     def __init__(self, config, logdir):
         self.config, self.logdir = config, pathlib.Path(logdir)
         c = config
+        # First (a multi-worker strategy must exist before other ops); see docs/distributed.md.
+        self.strategy = distribute.make_strategy(c.strategy)
+        env_seed = c.seed
+        if not distribute.is_chief(self.strategy):  # Own episodes, logs and checkpoints.
+            task = self.strategy.cluster_resolver
+            self.logdir = self.logdir / f"{task.task_type}_{task.task_id}"
+            env_seed = c.seed + 100_003 * (1 + task.task_id)
         size = (c.env.image_size, c.env.image_size)
-        self.env = envs.make(c.task, obs_type=c.obs_type, seed=c.seed,
+        self.env = envs.make(c.task, obs_type=c.obs_type, seed=env_seed,
                              action_repeat=c.env.action_repeat, size=size,
                              episode_length=c.env.episode_length)
-        self.eval_env = envs.make(c.task, obs_type=c.obs_type, seed=c.seed + 10_000,
+        self.eval_env = envs.make(c.task, obs_type=c.obs_type, seed=env_seed + 10_000,
                                   action_repeat=c.env.action_repeat, size=size,
                                   episode_length=c.env.episode_length)
         self._check_logdir()  # After the task is known to exist.
@@ -113,7 +120,7 @@ class Trainer:
         obs_shape = self.env.observation_spec()[self.obs_key].shape
         action_size = self.env.action_spec().shape[0]
         self.replay = EpisodeReplay(self.logdir / "episodes")
-        self.model = WorldModel(c, obs_shape, action_size)
+        self.model = WorldModel(c, obs_shape, action_size, strategy=self.strategy)
         self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
         self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer,
                                               updates=self.updates)

@@ -8,18 +8,15 @@ interleaved in rounds (the machine is shared and noisy), and reported as ratios 
 median step times to the Keras layer measured in the same run. Targets (issue):
 Reparameterization ≤ 1.1×, Flipout ≤ 2×.
 
-    python benchmarks/recurrent_overhead.py           # LSTM/GRU b64 T50 256u, MHA b32 T64 d256 h8
-    python benchmarks/recurrent_overhead.py --quick   # fewer rounds
-    python benchmarks/recurrent_overhead.py --step    # also per-step weight sampling
+    python -m benchmarks.recurrent_overhead           # LSTM/GRU b64 T50 256u, MHA b32 T64 d256 h8
+    python -m benchmarks.recurrent_overhead --quick   # fewer rounds
+    python -m benchmarks.recurrent_overhead --step    # also per-step weight sampling
 """
 
 import argparse
 import os
-import pathlib
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

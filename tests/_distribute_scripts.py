@@ -1,0 +1,767 @@
+"""Subprocess entry points for the tf.distribute tests (not collected by pytest).
+
+Logical CPU devices and multi-worker clusters must be configured before TensorFlow
+initializes its devices, so every strategy run happens in a fresh process::
+
+    python tests/_distribute_scripts.py mirrored_layers [case ...]
+    python tests/_distribute_scripts.py mirrored_fit [case ...]
+    python tests/_distribute_scripts.py mirrored_world_model
+    python tests/_distribute_scripts.py multi_worker OUT.npz      (TF_CONFIG set)
+
+Each prints one JSON line per result, prefixed with ``RESULT ``, then ``DONE``.
+
+Layer cases (`CASES`) build a small Keras model around one layer family member and
+say what a data-parallel step must reproduce:
+
+- ``exact``: weight noise only (reparameterization) or no noise: the 2-replica loss
+  and updated weights equal the single-device ones on the same global batch.
+- ``per_example``: per-example noise (Flipout signs, local reparameterization) is
+  drawn per replica with the replica's batch shape, so it differs from the
+  single-device noise of the same rows: the step must be finite and keep the
+  replicas identical; then, with every posterior stddev set to ~0 (zero variance),
+  it must equal the single-device step exactly.
+"""
+
+import hashlib
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+
+import numpy as np  # noqa: E402
+
+RTOL, ATOL = 2e-5, 2e-6
+
+# The default (fast) selection: every family, one weight-noise and one per-example-noise
+# member where the family has both. `mirrored_layers all` runs every case.
+DEFAULT_CASES = [
+    "DenseReparameterization", "DenseFlipout", "DenseDVI", "Conv2DReparameterization",
+    "Conv2DLocalReparameterization", "SparseGaussianProcess", "RandomFourierFeatures",
+    "Normal", "MixtureLogistic+Discretize", "RealNVP+Permutation+ActNorm", "ActNorm(data_init)",
+    "RevNetSequence", "VectorQuantizer", "VectorQuantizer(ema)", "LSTMCellReparameterization",
+    "GRUCellFlipout", "MultiHeadAttentionFlipout", "TransformerBlock(reparameterization)",
+]
+# A single-device RevNet training step is not deterministic today: with identical weights
+# and data, a freshly traced step sometimes (about 1 trace in 6) applies a different update
+# (gradients alone are reproducible; suspected: a missing control dependency between the
+# custom gradient's recomputation and the optimizer's variable updates in revnet.py). For
+# these cases only the first step's loss (before any update) is compared exactly.
+FIRST_STEP_ONLY = {"RevNetBlock", "RevNetSequence"}
+MULTI_WORKER_CASES = [
+    "DenseReparameterization", "DenseFlipout", "Conv2DReparameterization",
+    "SparseGaussianProcess", "RandomFourierFeatures", "MixtureLogistic+Discretize",
+    "RealNVP+Permutation+ActNorm", "RevNetSequence", "VectorQuantizer",
+    "LSTMCellReparameterization", "GRUCellFlipout", "MultiHeadAttentionFlipout",
+    "TransformerBlock(reparameterization)",
+]
+FIT_CASES = ["DenseReparameterization", "Conv2DReparameterization",
+             "TransformerBlock(flipout+local)"]
+# Cases that break data parallelism today, with the reason (asserted as strict xfails).
+KNOWN_FAILURES = {
+    "ActNorm(data_init)": "flows.ActNorm's data-dependent init computes the moments of each "
+                          "replica's shard and assigns them replica-locally: the replicas' "
+                          "log_scale/bias diverge (no error).",
+    "VectorQuantizer(ema)": "vq.VectorQuantizer(ema=True) updates the EMA counts/sums from "
+                            "each replica's shard: the replicas' codebooks diverge (no error).",
+}
+
+
+def _emit(**record):
+    print("RESULT " + json.dumps(record), flush=True)
+
+
+# Layer cases ----------------------------------------------------------------------------
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _mse(y, out):
+    import tensorflow as tf
+    out = tf.convert_to_tensor(out)
+    axes = list(range(1, out.shape.rank))
+    return tf.reduce_mean(tf.square(tf.cast(out, tf.float32) - y), axes)
+
+
+def _nll(y, rv):
+    """Per-example negative log-likelihood of a RandomVariable output."""
+    import tensorflow as tf
+    lp = tf.cast(rv.distribution.log_prob(y), tf.float32)
+    return -tf.reduce_sum(tf.reshape(lp, [tf.shape(lp)[0], -1]), -1)
+
+
+def _data(x_shape, y_shape, y_kind="normal"):
+    rng = _rng(0)
+    x = rng.standard_normal(x_shape).astype("float32")
+    if y_kind == "normal":
+        y = rng.standard_normal(y_shape).astype("float32")
+    elif y_kind == "binary":
+        y = (rng.uniform(size=y_shape) > 0.5).astype("float32")
+    else:  # integer levels in [0, y_kind)
+        y = rng.integers(0, y_kind, y_shape).astype("float32")
+    return x, y
+
+
+class _Case:
+    def __init__(self, family, make_layers, x_shape, y_shape, mode, loss="mse",
+                 y_kind="normal", fit=False):
+        self.family, self.make_layers, self.mode = family, make_layers, mode
+        self.x_shape, self.y_shape, self.loss, self.y_kind = x_shape, y_shape, loss, y_kind
+        self.fit = fit
+
+
+def _bl():
+    import bayes_planet.layers as bl
+    return bl
+
+
+def _case_table():
+    """name -> _Case. Layers are made by lambdas so that missing classes only fail
+    their own case (`unavailable`)."""
+    from bayes_planet._keras import keras
+
+    def flow_nll(*flows):
+        return lambda: [_FlowNLL(keras.Sequential([f() for f in flows]))]
+
+    cases = {
+        # dense
+        "DenseReparameterization": _Case(
+            "dense", lambda: [_bl().DenseReparameterization(4, activation="tanh", seed=1)],
+            (8, 3), (8, 4), "exact", fit=True),
+        "DenseFlipout": _Case("dense", lambda: [_bl().DenseFlipout(4, seed=1)],
+                              (8, 3), (8, 4), "per_example", fit=True),
+        "DenseLocalReparameterization": _Case(
+            "dense", lambda: [_bl().DenseLocalReparameterization(4, seed=1)], (8, 3), (8, 4),
+            "per_example"),
+        "DenseVariationalDropout": _Case(
+            "dense", lambda: [_bl().DenseVariationalDropout(4, seed=1)], (8, 3), (8, 4),
+            "per_example"),
+        "DenseDVI": _Case("dense", lambda: [_bl().DenseDVI(4, activation="relu", seed=1)],
+                          (8, 3), (8, 4), "exact", loss="mean_mse"),
+        # conv
+        "Conv1DReparameterization": _Case(
+            "conv", lambda: [_bl().Conv1DReparameterization(2, 3, padding="causal", seed=1)],
+            (8, 6, 2), (8, 6, 2), "exact"),
+        "Conv1DFlipout": _Case("conv", lambda: [_bl().Conv1DFlipout(2, 3, seed=1)],
+                               (8, 6, 2), (8, 4, 2), "per_example"),
+        "Conv2DReparameterization": _Case(
+            "conv", lambda: [_bl().Conv2DReparameterization(3, 3, padding="same", seed=1)],
+            (8, 5, 5, 2), (8, 5, 5, 3), "exact", fit=True),
+        "Conv2DFlipout": _Case("conv", lambda: [_bl().Conv2DFlipout(3, 3, seed=1)],
+                               (8, 5, 5, 2), (8, 3, 3, 3), "per_example"),
+        "Conv2DLocalReparameterization": _Case(
+            "conv", lambda: [_bl().Conv2DLocalReparameterization(3, 3, seed=1)],
+            (8, 5, 5, 2), (8, 3, 3, 3), "per_example"),
+        # Gaussian processes
+        "GaussianProcess": _Case("gaussian_process", _gp_layers, (8, 2), (8, 2), "exact",
+                                 loss="mean_mse"),
+        "SparseGaussianProcess": _Case(
+            "gaussian_process",
+            lambda: [_bl().SparseGaussianProcess(2, num_inducing=4, seed=1)],
+            (8, 2), (8, 2), "exact", loss="marginal_nll"),
+        "RandomFourierFeatures": _Case(
+            "gaussian_process", lambda: [_bl().RandomFourierFeatures(2, 16, seed=1)],
+            (8, 2), (8, 2), "per_example", fit=True),
+        # stochastic outputs
+        "Normal": _Case("outputs", lambda: [_outputs().Normal(2, seed=1)], (8, 3), (8, 2),
+                        "exact", loss="nll"),
+        "Bernoulli": _Case("outputs", lambda: [_outputs().Bernoulli(3, seed=1)], (8, 3),
+                           (8, 3), "exact", loss="nll", y_kind="binary"),
+        "Categorical": _Case("outputs", lambda: [_outputs().Categorical(4, seed=1)], (8, 3),
+                             (8,), "exact", loss="nll", y_kind=4),
+        "MixtureNormal": _Case(
+            "outputs", lambda: [_outputs().MixtureNormal(2, num_components=3, seed=1)],
+            (8, 3), (8, 2), "exact", loss="nll"),
+        "MixtureLogistic+Discretize": _Case(
+            "outputs", lambda: [_outputs().MixtureLogistic(2, num_components=3, seed=1),
+                                _outputs().Discretize(num_bins=8, seed=2)],
+            (8, 3), (8, 2), "exact", loss="nll", y_kind=8),
+        # flows
+        "RealNVP+Permutation+ActNorm": _Case(
+            "flows", flow_nll(lambda: _flows().RealNVP([8]), lambda: _flows().Permutation(),
+                              lambda: _flows().ActNorm(data_init=False),
+                              lambda: _flows().RealNVP([8], reverse_mask=True)),
+            (8, 4), (8,), "exact", loss="identity"),
+        "MADE": _Case("flows", lambda: [_flows().MADE([8], units=2)], (8, 4), (8, 4, 2),
+                      "exact"),
+        "ActNorm(data_init)": _Case(
+            "flows", flow_nll(lambda: _flows().ActNorm(data_init=True)), (8, 4), (8,),
+            "exact", loss="identity"),
+        "RevNetBlock": _Case("revnet", lambda: [_revnet().RevNetBlock(hidden_units=8)],
+                             (8, 4), (8, 4), "exact", fit=True),
+        "RevNetSequence": _Case(
+            "revnet", lambda: [_revnet().RevNetSequence(num_blocks=2, hidden_units=8)],
+            (8, 4), (8, 4), "exact"),
+        "VectorQuantizer": _Case(
+            "vq", lambda: [keras.layers.Dense(4), _vq().VectorQuantizer(8), _ToTensor(),
+                           keras.layers.Dense(3)], (8, 3), (8, 3), "exact", fit=True),
+        "VectorQuantizer(ema)": _Case(
+            "vq", lambda: [keras.layers.Dense(4), _vq().VectorQuantizer(8, ema=True),
+                           _ToTensor(), keras.layers.Dense(3)], (8, 3), (8, 3), "exact"),
+        # recurrent
+        "LSTMCellReparameterization": _Case(
+            "recurrent", lambda: [keras.layers.RNN(_recurrent().LSTMCellReparameterization(
+                4, seed=1))], (8, 5, 3), (8, 4), "exact", fit=True),
+        "GRUCellReparameterization": _Case(
+            "recurrent", lambda: [keras.layers.RNN(_recurrent().GRUCellReparameterization(
+                4, seed=1))], (8, 5, 3), (8, 4), "exact"),
+        "LSTMCellFlipout": _Case(
+            "recurrent", lambda: [keras.layers.RNN(_recurrent().LSTMCellFlipout(4, seed=1))],
+            (8, 5, 3), (8, 4), "per_example"),
+        "GRUCellFlipout": _Case(
+            "recurrent", lambda: [keras.layers.RNN(_recurrent().GRUCellFlipout(4, seed=1))],
+            (8, 5, 3), (8, 4), "per_example"),
+        # attention / transformer
+        "EinsumDenseReparameterization": _Case(
+            "attention", lambda: [_attention().EinsumDenseReparameterization(
+                "abc,cd->abd", output_shape=(None, 4), bias_axes="d", seed=1)],
+            (8, 5, 6), (8, 5, 4), "exact"),
+        "MultiHeadAttentionReparameterization": _Case(
+            "attention", lambda: [_SelfAttention(
+                _attention().MultiHeadAttentionReparameterization(2, 4, seed=1))],
+            (8, 5, 6), (8, 5, 6), "exact", fit=True),
+        "MultiHeadAttentionFlipout": _Case(
+            "attention", lambda: [_SelfAttention(
+                _attention().MultiHeadAttentionFlipout(2, 4, seed=1))],
+            (8, 5, 6), (8, 5, 6), "per_example"),
+        "TransformerBlock(reparameterization)": _Case(
+            "transformer", lambda: [_transformer().TransformerBlock(
+                2, 4, 16, attention="reparameterization", feed_forward="reparameterization",
+                seed=1)], (8, 5, 6), (8, 5, 6), "exact"),
+        "TransformerBlock(flipout+local)": _Case(
+            "transformer", lambda: [_transformer().TransformerBlock(2, 4, 16, seed=1)],
+            (8, 5, 6), (8, 5, 6), "per_example", fit=True),
+    }
+    return cases
+
+
+def case_names():
+    return list(_case_table())
+
+
+def case(name):
+    return _case_table()[name]
+
+
+def _outputs():
+    from bayes_planet.layers import outputs
+    return outputs
+
+
+def _flows():
+    from bayes_planet.layers import flows
+    return flows
+
+
+def _revnet():
+    from bayes_planet.layers import revnet
+    return revnet
+
+
+def _vq():
+    from bayes_planet.layers import vq
+    return vq
+
+
+def _recurrent():
+    from bayes_planet.layers import recurrent
+    return recurrent
+
+
+def _attention():
+    from bayes_planet.layers import attention
+    return attention
+
+
+def _transformer():
+    from bayes_planet.layers import transformer
+    return transformer
+
+
+def _gp_layers():
+    z, y = _data((6, 2), (6, 2))
+    return [_bl().GaussianProcess(2, conditional_inputs=z, conditional_outputs=y,
+                                  observation_noise_variance=0.1, seed=1)]
+
+
+def _wrappers():
+    from bayes_planet._keras import keras
+
+    class ToTensor(keras.layers.Layer):
+        def call(self, x):
+            import tensorflow as tf
+            return tf.convert_to_tensor(x)
+
+    class SelfAttention(keras.layers.Layer):
+        def __init__(self, attention, **kwargs):
+            super().__init__(**kwargs)
+            self.attention = attention
+
+        def call(self, x):
+            return self.attention(x, x)
+
+    class FlowNLL(keras.layers.Layer):
+        """Per-example ``-log p(x)`` of data under ``flow(N(0, I))``."""
+
+        def __init__(self, flow, **kwargs):
+            super().__init__(**kwargs)
+            self.flow = flow
+
+        def call(self, x):
+            import tensorflow as tf
+            import tensorflow_probability as tfp
+
+            from bayes_planet.layers import RandomVariable
+            base = RandomVariable(tfp.distributions.Normal(tf.zeros_like(x), 1.0))
+            return -self.flow(base).distribution.log_prob(x)
+
+    return ToTensor, SelfAttention, FlowNLL
+
+
+def _ToTensor():  # noqa: N802
+    return _wrappers()[0]()
+
+
+def _SelfAttention(attention):  # noqa: N802
+    return _wrappers()[1](attention)
+
+
+def _FlowNLL(flow):  # noqa: N802
+    return _wrappers()[2](flow)
+
+
+def _loss_fn(kind):
+    import tensorflow as tf
+    if kind == "mse":
+        return _mse
+    if kind == "nll":
+        return _nll
+    if kind == "identity":
+        return lambda y, out: tf.cast(out, tf.float32)
+    if kind == "mean_mse":
+        return lambda y, rv: _mse(y, rv.distribution.mean())
+    if kind == "marginal_nll":  # per-example marginal of an Independent(Normal, 2)
+        return lambda y, rv: -tf.reduce_sum(rv.distribution.distribution.log_prob(y), -1)
+    raise ValueError(kind)
+
+
+def _model(case):
+    from bayes_planet._keras import keras
+
+    class Net(keras.Model):
+        def __init__(self, layers):
+            super().__init__()
+            self.parts = layers
+
+        def call(self, x, training=None):
+            for layer in self.parts:
+                x = layer(x, training=training) if _takes_training(layer) else layer(x)
+            return x
+
+    return Net(case.make_layers())
+
+
+def _takes_training(layer):
+    import inspect
+    return "training" in inspect.signature(layer.call).parameters
+
+
+def _zero_variance(model):
+    """Sets every trainable-normal posterior stddev to exp(-30) ≈ 1e-13."""
+    from bayes_planet.layers.initializers import TrainableNormal
+    count = 0
+    for module in model.submodules:
+        if isinstance(module, TrainableNormal):
+            module.raw_stddev.assign(-30.0 * np.ones(module.raw_stddev.shape, "float32"))
+            count += 1
+    return count
+
+
+def _seed_counters(model, strategy):
+    from bayes_planet.layers.base import bayesian_layers
+    out = []
+    for layer in bayesian_layers(model):
+        if getattr(layer, "_seed_counter", None) is not None:
+            out.append([int(v) for v in strategy.experimental_local_results(layer._seed_counter)])
+    return out
+
+
+def _build_pair(case, strategy, x):
+    """Single-device and mirrored models with identical initial weights."""
+    import tensorflow as tf
+
+    from bayes_planet._keras import keras
+    single = _model(case)
+    single(x[:2], training=True)
+    with strategy.scope():
+        multi = _model(case)
+        multi(x[:2], training=True)
+    for a, b in zip(multi.weights, single.weights, strict=True):
+        a.assign(b)
+    # The build calls advanced the noise counters equally and ran ActNorm's data-dependent
+    # initialization: reset both, so the first training step does them.
+    for m in (single, multi):
+        for w in m.weights:
+            if w.dtype == tf.int64 and "seed_counter" in w.name:
+                w.assign(0)
+            if w.dtype == tf.int32 and w.name.endswith("initialized:0"):
+                w.assign(0)
+    with strategy.scope():
+        opt_multi = keras.optimizers.SGD(0.1)
+    return single, multi, keras.optimizers.SGD(0.1), opt_multi
+
+
+def _step_fn(model, optimizer, loss_fn, global_batch, strategy):
+    """Custom data-parallel step returning (data loss, regularization loss), both global."""
+    import tensorflow as tf
+
+    from bayes_planet import distribute
+
+    def replica(x, y):
+        x, y = distribute.replica_rows((x, y))
+        with tf.GradientTape() as tape:
+            out = model(x, training=True)
+            data = distribute.replica_loss(loss_fn(y, out), global_batch)
+            reg = distribute.replica_loss(tf.zeros([0]), global_batch, model.losses)
+            loss = data + reg
+        grads = tape.gradient(loss, model.trainable_variables)
+        grads = [tf.zeros_like(v) if g is None else g
+                 for g, v in zip(grads, model.trainable_variables, strict=True)]
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return data, reg
+
+    @tf.function
+    def step(x, y):
+        data, reg = strategy.run(replica, (x, y))
+        return (strategy.reduce("SUM", data, axis=None), strategy.reduce("SUM", reg, axis=None))
+
+    return step
+
+
+def _compare(single, multi, strategy):
+    """(max |single - mirrored| over weights, replicas identical?)."""
+    diff = 0.0
+    agree = True
+    for a, b in zip(single.weights, multi.weights, strict=True):
+        locals_ = [np.asarray(v) for v in strategy.experimental_local_results(b)]
+        agree &= all(np.array_equal(locals_[0], v) for v in locals_[1:])
+        if a.dtype.is_floating:
+            diff = max(diff, float(np.max(np.abs(np.asarray(a) - locals_[0]), initial=0.0)))
+    return diff, agree
+
+
+def _finite(model):
+    return all(np.all(np.isfinite(np.asarray(w))) for w in model.weights if w.dtype.is_floating)
+
+
+def _run_case(name, case, strategy, steps=2):
+    import tensorflow as tf
+    x, y = _data(case.x_shape, case.y_shape, case.y_kind)
+    x, y = tf.constant(x), tf.constant(y)
+    loss_fn = _loss_fn(case.loss)
+    record = {"case": name, "family": case.family, "mode": case.mode}
+    phases = [("noisy", False)] + ([("zero_variance", True)] if case.mode == "per_example"
+                                   else [])
+    single, multi, opt_s, opt_m = _build_pair(case, strategy, x)
+    step_s = _step_fn(single, opt_s, loss_fn, x.shape[0], tf.distribute.get_strategy())
+    step_m = _step_fn(multi, opt_m, loss_fn, x.shape[0], strategy)
+    for phase, zero in phases:
+        if zero:  # Same models and traced steps: restart both from one state, noise-free.
+            for a, b in zip(multi.weights, single.weights, strict=True):
+                a.assign(b)
+            record["zeroed_posteriors"] = _zero_variance(single)
+            _zero_variance(multi)
+        losses = []
+        for _ in range(steps):
+            ls, lm = step_s(x, y), step_m(x, y)
+            losses.append([[float(ls[0]), float(ls[1])], [float(lm[0]), float(lm[1])]])
+        diff, agree = _compare(single, multi, strategy)
+        counters = _seed_counters(multi, strategy)
+        single_counters = _seed_counters(single, tf.distribute.get_strategy())
+        digest = hashlib.sha1()
+        for w in multi.weights:
+            digest.update(np.asarray(strategy.experimental_local_results(w)[0]).tobytes())
+        record[phase] = {
+            "weights_sha1": digest.hexdigest(),
+            "losses": losses, "weight_diff": diff, "replicas_agree": bool(agree),
+            "finite": bool(_finite(multi) and np.all(np.isfinite(losses))),
+            "counters_lockstep": all(len(set(c)) == 1 for c in counters),
+            "counters_match_single": [c[0] for c in counters] == [c[0] for c in
+                                                                   single_counters],
+            "equal_to_single": bool(np.allclose(np.asarray(losses)[:, 0],
+                                                np.asarray(losses)[:, 1], RTOL, ATOL)
+                                    and diff < 1e-5),
+        }
+    return record
+
+
+def _mirrored():
+    from bayes_planet import distribute
+    devices = distribute.set_logical_cpus(2)
+    import tensorflow as tf
+    return tf.distribute.MirroredStrategy(devices[:2])
+
+
+def mirrored_layers(names):
+    strategy = _mirrored()
+    import tensorflow as tf
+    table = _case_table()
+    names = list(table) if names == ["all"] else (names or DEFAULT_CASES)
+    for name in names:
+        tf.keras.utils.set_random_seed(0)
+        try:
+            record = _run_case(name, table[name], strategy)
+            record["status"] = "ok"
+        except (ImportError, AttributeError) as error:
+            record = {"case": name, "family": table[name].family, "status": "unavailable",
+                      "error": f"{type(error).__name__}: {error}"[:500]}
+        except Exception as error:  # noqa: BLE001 - reported per case, asserted by the test
+            record = {"case": name, "family": table[name].family, "status": "error",
+                      "error": f"{type(error).__name__}: {error}"[-800:]}
+        _emit(**record)
+    print("DONE", flush=True)
+
+
+def mirrored_fit(names):
+    """``model.fit`` (Keras' own data-parallel step) single-device vs 2 replicas."""
+    strategy = _mirrored()
+    import tensorflow as tf
+
+    from bayes_planet._keras import keras
+    table = _case_table()
+    if names == ["all"]:
+        names = [n for n, c in table.items() if c.fit]
+    for name in names or FIT_CASES:
+        case = table[name]
+        tf.keras.utils.set_random_seed(0)
+        try:
+            x, y = _data(case.x_shape, case.y_shape, case.y_kind)
+            single, multi, _, _ = _build_pair(case, strategy, tf.constant(x))
+            if case.mode == "per_example":
+                _zero_variance(single)
+                _zero_variance(multi)
+            histories = []
+            for model, scope in ((single, tf.distribute.get_strategy()), (multi, strategy)):
+                with scope.scope():
+                    model.compile(keras.optimizers.SGD(0.1), "mse")
+                hist = model.fit(x, y, batch_size=len(x), epochs=2, shuffle=False, verbose=0)
+                histories.append(hist.history["loss"])
+            diff, agree = _compare(single, multi, strategy)
+            counters = _seed_counters(multi, strategy)
+            record = {"case": name, "family": case.family, "status": "ok",
+                      "losses": histories, "weight_diff": diff, "replicas_agree": bool(agree),
+                      "counters": counters,
+                      "counters_lockstep": all(len(set(c)) == 1 for c in counters),
+                      "equal_to_single": bool(np.allclose(*histories, RTOL, ATOL)
+                                              and diff < 1e-5)}
+        except Exception as error:  # noqa: BLE001
+            record = {"case": name, "family": case.family, "status": "error",
+                      "error": f"{type(error).__name__}: {error}"[-800:]}
+        _emit(**record)
+    # The library's custom step, `distribute.make_train_step`, on the same comparison.
+    from bayes_planet import distribute
+    case = table["DenseReparameterization"]
+    tf.keras.utils.set_random_seed(0)
+    x, y = (tf.constant(a) for a in _data(case.x_shape, case.y_shape))
+    single, multi, opt_s, opt_m = _build_pair(case, strategy, x)
+    steps = [distribute.make_train_step(m, o, _mse, 8, s) for m, o, s in
+             ((single, opt_s, tf.distribute.get_strategy()), (multi, opt_m, strategy))]
+    losses = [[float(step(x, y)) for step in steps] for _ in range(2)]
+    diff, agree = _compare(single, multi, strategy)
+    _emit(case="make_train_step", status="ok", losses=losses, weight_diff=diff,
+          replicas_agree=bool(agree))
+    print("DONE", flush=True)
+
+
+# World model --------------------------------------------------------------------------
+
+def _world_batch(batch, length=8, seed=0):
+    import tensorflow as tf
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(batch, length, 5)).astype(np.float32)
+    action = rng.uniform(-1, 1, (batch, length, 1)).astype(np.float32)
+    return {"obs": tf.constant(obs), "action": tf.constant(action),
+            "reward": tf.constant(obs[..., 0] * 0.5 + action[..., 0])}
+
+
+def _world_models(estimator, strategy, overrides=(), learning_rate=1.0):
+    from bayes_planet import config as config_lib
+    from bayes_planet._keras import keras
+    from bayes_planet.world_model import WorldModel
+    config = config_lib.load(["debug"], [f"model.estimator={estimator}", "loss.free_nats=0.5",
+                                         *overrides])
+    single = WorldModel(config, (5,), 1)
+    multi = WorldModel(config, (5,), 1, strategy=strategy)
+    for a, b in zip(multi.variables, single.variables, strict=True):
+        a.assign(b)
+    for model in (single, multi):  # SGD(1): the weight change is the clipped gradient.
+        with model.strategy.scope():
+            model.optimizer = keras.optimizers.SGD(learning_rate)
+            model.optimizer.build(model.trainable_variables)
+    return single, multi
+
+
+def _reference_step(model, shards, seed, num_transitions):
+    """Single-device emulation of R replicas that each draw their own noise from
+    ``seed`` for their shard: global means of the shards' loss terms, then the loss."""
+    import tensorflow as tf
+    lc = model.loss_config
+    variables = model.trainable_variables
+    with tf.GradientTape() as tape:
+        parts = [model.loss(shard, seed, num_transitions)[1] for shard in shards]
+        mean = {k: tf.add_n([p[k] for p in parts]) / len(parts)
+                for k in ("obs_nll", "reward_nll", "state_kl")}
+        weight_kl = parts[0]["weight_kl"]
+        loss = (mean["obs_nll"] + lc.reward_scale * mean["reward_nll"]
+                + lc.kl_scale * tf.maximum(mean["state_kl"], lc.free_nats)
+                + lc.weight_kl_scale * weight_kl / tf.cast(num_transitions, tf.float32))
+    grads = tape.gradient(loss, variables)
+    grads, norm = tf.clip_by_global_norm(grads, model.train_config.grad_clip)
+    model.optimizer.apply_gradients(zip(grads, variables, strict=True))
+    return {"loss": loss, "grad_norm": norm, **mean, "weight_kl": weight_kl}
+
+
+def _weights_diff(a, b):
+    return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)), initial=0.0))
+               for x, y in zip(a.trainable_variables, b.trainable_variables, strict=True))
+
+
+def mirrored_world_model():
+    strategy = _mirrored()
+    import tensorflow as tf
+
+    from bayes_planet import config as config_lib
+    seed = tf.constant([3, 4])
+    for estimator in ("reparameterization",):
+        # 1. Global batch = one half twice: each replica's rows and noise are exactly the
+        #    single-device run on the half, so the 2-replica step must equal it.
+        single, multi = _world_models(estimator, strategy)
+        half = _world_batch(2)
+        dup = {k: tf.concat([v, v], 0) for k, v in half.items()}
+        m1 = single.train_step(half, seed, 100)
+        m2 = multi.train_step(dup, seed, 100)
+        _emit(test="duplicated_batch", estimator=estimator,
+              single={k: float(v) for k, v in m1.items()},
+              mirrored={k: float(v) for k, v in m2.items()},
+              weight_diff=_weights_diff(single, multi),
+              replicas_agree=all(np.array_equal(*[np.asarray(x) for x in
+                                                  strategy.experimental_local_results(v)])
+                                 for v in multi.trainable_variables))
+        # 2. Distinct shards: equal to the single-device emulation of two replicas. Free
+        #    nats between the smaller shard's state KL and the global mean: clipping each
+        #    replica's own mean (instead of the global one) would change loss and gradient.
+        single, multi = _world_models(estimator, strategy)
+        batch = _world_batch(4, seed=1)
+        shards = [{k: v[:2] for k, v in batch.items()}, {k: v[2:] for k, v in batch.items()}]
+        kls = sorted(float(single.loss(s, seed, 100)[1]["state_kl"]) for s in shards)
+        free_nats = kls[0] + 0.25 * (kls[1] - kls[0])
+        for model in (single, multi):
+            model.loss_config = config_lib.load(["debug"], [f"loss.free_nats={free_nats}"]).loss
+        ref = _reference_step(single, shards, seed, 100)
+        got = multi.train_step(batch, seed, 100)
+        _emit(test="distinct_shards", estimator=estimator, shard_kls=kls, free_nats=free_nats,
+              single={k: float(v) for k, v in ref.items()},
+              mirrored={k: float(got[k]) for k in ref},
+              weight_diff=_weights_diff(single, multi))
+    # 3. A few debug-sized steps with the default optimizer (Adam), finite.
+    from bayes_planet.world_model import WorldModel
+    config = config_lib.load(["debug"], ["model.estimator=flipout"])
+    model = WorldModel(config, (5,), 1, strategy=strategy)
+    losses = [float(model.train_step(_world_batch(4, seed=i), tf.constant([0, i]), 100)["loss"])
+              for i in range(3)]
+    _emit(test="few_steps", losses=losses,
+          finite=bool(np.all(np.isfinite(losses))
+                      and all(np.all(np.isfinite(np.asarray(v))) for v in model.variables)))
+    print("DONE", flush=True)
+
+
+def trainer_mirrored(logdir):
+    """The agent loop (`Trainer`, debug preset) with ``strategy: mirrored`` on 2 CPUs."""
+    _mirrored()
+    from bayes_planet import config as config_lib
+    from bayes_planet.training import Trainer
+    config = config_lib.load(["debug"], ["strategy=mirrored", "eval.video=false"])
+    trainer = Trainer(config, logdir)
+    records = trainer.run(progress=False)
+    replicas = trainer.strategy.num_replicas_in_sync
+    # Resume: a second Trainer on the same logdir restores the mirrored checkpoint.
+    again = Trainer(config, logdir)
+    same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
+               zip(trainer.model.trainable_variables, again.model.trainable_variables,
+                   strict=True))
+    _emit(test="trainer", replicas=replicas, records=records, restored=bool(same),
+          updates=int(again.updates.numpy()))
+    print("DONE", flush=True)
+
+
+# Multi-worker -------------------------------------------------------------------------
+
+def multi_worker(out_path, cases=(), steps=3):
+    """One worker of a localhost MultiWorkerMirroredStrategy cluster (TF_CONFIG).
+
+    Writes weights and losses to ``out_path`` (npz) and, for the layer ``cases``, their
+    records (as `mirrored_layers`, with a digest of the final weights) to
+    ``out_path + '.json'``."""
+    from bayes_planet import distribute
+    strategy = distribute.make_strategy("multi_worker")  # first: before any other op
+    import tensorflow as tf
+
+    from bayes_planet._keras import keras
+    assert strategy.num_replicas_in_sync == 2, strategy.num_replicas_in_sync
+    tf.keras.utils.set_random_seed(0)  # the same single-device reference on both workers
+    seed = tf.constant([3, 4])
+    # World model: the global batch is the same on both workers; each trains on its rows.
+    single, multi = _world_models("reparameterization", strategy, learning_rate=0.05)
+    half = _world_batch(2)
+    dup = {k: tf.concat([v, v], 0) for k, v in half.items()}
+    world_losses = []
+    for i in range(steps):
+        s = single.train_step(half, seed + i, 100)
+        m = multi.train_step(dup, seed + i, 100)
+        world_losses.append([float(s["loss"]), float(m["loss"])])
+    # A Bayesian Keras model under model.fit (Keras' data-parallel step).
+    x, y = _data((8, 3), (8, 2))
+    with strategy.scope():
+        model = keras.Sequential([_bl().DenseReparameterization(8, activation="relu", seed=1),
+                                  _bl().DenseFlipout(2, seed=2)])
+        model.build((None, 3))
+        model.compile(keras.optimizers.Adam(1e-2), "mse")
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    hist = model.fit(dataset.with_options(options), epochs=1, steps_per_epoch=steps, verbose=0)
+    arrays = {f"world_{i}": np.asarray(v) for i, v in enumerate(multi.trainable_variables)}
+    arrays.update({f"world_single_{i}": np.asarray(v)
+                   for i, v in enumerate(single.trainable_variables)})
+    arrays.update({f"keras_{i}": np.asarray(v) for i, v in enumerate(model.weights)})
+    np.savez(out_path, world_losses=np.asarray(world_losses),
+             fit_losses=np.asarray(hist.history["loss"]), **arrays)
+    table, records = _case_table(), []
+    for name in cases:
+        tf.keras.utils.set_random_seed(0)
+        try:
+            records.append({**_run_case(name, table[name], strategy), "status": "ok"})
+        except Exception as error:  # noqa: BLE001 - reported per case
+            records.append({"case": name, "status": "error",
+                            "error": f"{type(error).__name__}: {error}"[-800:]})
+    with open(out_path + ".json", "w") as f:
+        json.dump(records, f)
+    print("DONE", flush=True)
+
+
+if __name__ == "__main__":
+    command, args = sys.argv[1], sys.argv[2:]
+    if command == "mirrored_layers":
+        mirrored_layers(args)
+    elif command == "mirrored_fit":
+        mirrored_fit(args)
+    elif command == "mirrored_world_model":
+        mirrored_world_model()
+    elif command == "trainer_mirrored":
+        trainer_mirrored(args[0])
+    elif command == "multi_worker":
+        multi_worker(args[0], args[1:])
+    else:
+        raise SystemExit(f"unknown command {command!r}")
