@@ -16,6 +16,7 @@ import tensorflow as tf
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
 
+from bayes_planet.layers import fixed_noise
 from bayes_planet.planners.cem import cross_entropy_method
 from bayes_planet.planners.objectives import uncertainty_aware_score
 
@@ -90,7 +91,9 @@ class PlannerPolicy(tf_policy.TFPolicy):
         obs = wm.observation(time_step.observation[self._obs_key][:, None])
         embed = wm.encoder(obs)[:, 0]
         prev = {k: v for k, v in policy_state.items() if k != "action"}
-        post, _ = wm.rssm.obs_step(prev, policy_state["action"], embed, seed[0])
+        filter_seed, weight_seed = tf.unstack(tf.random.experimental.stateless_split(seed[0], 2))
+        with fixed_noise(wm.rssm, weight_seed):  # The filtering step's weight draw is seeded too.
+            post, _ = wm.rssm.obs_step(prev, policy_state["action"], embed, filter_seed)
         batch = time_step.observation[self._obs_key].shape[0]
         sample_seeds = tf.random.experimental.stateless_split(seed[1], cfg.weight_samples)
 
