@@ -21,9 +21,10 @@ data-parallel Bayesian training step needs (see ``docs/distributed.md``):
 Noise and replicas: a Bayesian layer's weight noise comes from its seed and its
 checkpointed counter, which every replica holds and advances in lockstep, so every
 replica draws the *same* weight sample — the single-device sample. Per-example noise
-(Flipout signs, local-reparameterization and latent noise, dropout) is drawn per
-replica from the same seed with the replica's batch shape, so it is not the
-single-device noise of the same rows.
+(Flipout signs, local-reparameterization and latent noise, dequantization) is drawn for
+the global batch and sliced to the replica's rows (`layers.base.per_example`), so each
+example gets its single-device noise and a data-parallel step equals the single-device
+step.
 """
 
 import contextlib

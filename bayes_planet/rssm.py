@@ -31,6 +31,7 @@ from bayes_planet.layers import (
     NormalKLDivergence,
     fixed_noise,
 )
+from bayes_planet.layers.base import per_example
 
 tfd = tfp.distributions
 
@@ -124,7 +125,9 @@ class RSSM(keras.layers.Layer):
     def _stats(self, layer, hidden, seed):
         mean, raw = tf.split(layer(hidden), 2, -1)
         std = tf.nn.softplus(raw) + self.min_stddev
-        stoch = mean + std * tf.random.stateless_normal(tf.shape(mean), seed, dtype=mean.dtype)
+        eps = per_example(lambda shape, s: tf.random.stateless_normal(shape, s, dtype=mean.dtype),
+                          tf.shape(mean), seed)
+        stoch = mean + std * eps
         return mean, std, stoch
 
     def img_step(self, prev_state, prev_action, seed):

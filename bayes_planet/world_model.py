@@ -24,6 +24,7 @@ import tensorflow as tf
 from bayes_planet import distribute
 from bayes_planet._keras import keras
 from bayes_planet.layers import Normal
+from bayes_planet.layers.base import per_example
 from bayes_planet.networks import MLP, ConvDecoder, ConvEncoder
 from bayes_planet.rssm import RSSM
 
@@ -35,7 +36,8 @@ def preprocess_image(image, bits, seed=None):
     bins = 2.0 ** bits
     x = tf.floor(tf.cast(image, tf.float32) / 2 ** (8 - bits)) / bins
     if seed is not None:
-        x += tf.random.stateless_uniform(tf.shape(x), seed, 0.0, 1.0 / bins)
+        x += per_example(lambda shape, s: tf.random.stateless_uniform(shape, s, 0.0, 1.0 / bins),
+                         tf.shape(x), seed)
     return x - 0.5
 
 

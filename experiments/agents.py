@@ -77,16 +77,15 @@ def grid(config, out):
     """Every run of the grid with its ``--set`` list and validated training config."""
     from bayes_planet import config as config_lib
 
-    runs = []
-    for variant in variants(config):
-        for seed in config["seeds"]:
-            sets = [f"task={config['task']}", f"seed={int(seed)}",
-                    f"model.estimator={variant['estimator']}",
-                    f"planner.beta={variant['beta']}", *config["overrides"]]
-            train_config = config_lib.load(config["base_presets"], sets)  # Fails fast.
-            runs.append({"variant": variant["name"], "seed": int(seed), "sets": sets,
-                         "logdir": pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}",
-                         "episodes": train_config.train.episodes})
+    runs = []  # Seed-major: a partly run grid has every variant at its first seeds.
+    for seed, variant in itertools.product(config["seeds"], variants(config)):
+        sets = [f"task={config['task']}", f"seed={int(seed)}",
+                f"model.estimator={variant['estimator']}",
+                f"planner.beta={variant['beta']}", *config["overrides"]]
+        train_config = config_lib.load(config["base_presets"], sets)  # Fails fast.
+        runs.append({"variant": variant["name"], "seed": int(seed), "sets": sets,
+                     "logdir": pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}",
+                     "episodes": train_config.train.episodes})
     return runs
 
 

@@ -10,16 +10,13 @@ initializes its devices, so every strategy run happens in a fresh process::
 
 Each prints one JSON line per result, prefixed with ``RESULT ``, then ``DONE``.
 
-Layer cases (`CASES`) build a small Keras model around one layer family member and
-say what a data-parallel step must reproduce:
-
-- ``exact``: weight noise only (reparameterization) or no noise: the 2-replica loss
-  and updated weights equal the single-device ones on the same global batch.
-- ``per_example``: per-example noise (Flipout signs, local reparameterization) is
-  drawn per replica with the replica's batch shape, so it differs from the
-  single-device noise of the same rows: the step must be finite and keep the
-  replicas identical; then, with every posterior stddev set to ~0 (zero variance),
-  it must equal the single-device step exactly.
+Layer cases (`CASES`) build a small Keras model around one layer family member; the
+2-replica loss, KL and updated weights must equal the single-device ones on the same
+global batch. ``mode`` says why that holds: ``exact`` — weight noise only (every replica
+draws the single-device weight sample) or no noise; ``per_example`` — per-example noise
+(Flipout signs, local reparameterization), which each replica slices from the global
+batch's draw (`bayes_planet.layers.base.per_example`), i.e. the single-device noise of
+its rows.
 """
 
 import hashlib
@@ -43,30 +40,15 @@ DEFAULT_CASES = [
     "RevNetSequence", "VectorQuantizer", "VectorQuantizer(ema)", "LSTMCellReparameterization",
     "GRUCellFlipout", "MultiHeadAttentionFlipout", "TransformerBlock(reparameterization)",
 ]
-# A single-device RevNet training step is not deterministic today: with identical weights
-# and data, a freshly traced step sometimes (about 1 trace in 6) applies a different update
-# (gradients alone are reproducible; suspected: a missing control dependency between the
-# custom gradient's recomputation and the optimizer's variable updates in revnet.py). For
-# these cases only the first step's loss (before any update) is compared exactly.
-FIRST_STEP_ONLY = {"RevNetBlock", "RevNetSequence"}
 MULTI_WORKER_CASES = [
     "DenseReparameterization", "DenseFlipout", "Conv2DReparameterization",
     "SparseGaussianProcess", "RandomFourierFeatures", "MixtureLogistic+Discretize",
-    "RealNVP+Permutation+ActNorm", "RevNetSequence", "VectorQuantizer",
-    "LSTMCellReparameterization", "GRUCellFlipout", "MultiHeadAttentionFlipout",
-    "TransformerBlock(reparameterization)",
+    "RealNVP+Permutation+ActNorm", "ActNorm(data_init)", "RevNetSequence", "VectorQuantizer",
+    "VectorQuantizer(ema)", "LSTMCellReparameterization", "GRUCellFlipout",
+    "MultiHeadAttentionFlipout", "TransformerBlock(reparameterization)",
 ]
 FIT_CASES = ["DenseReparameterization", "Conv2DReparameterization",
              "TransformerBlock(flipout+local)"]
-# Cases that break data parallelism today, with the reason (asserted as strict xfails).
-KNOWN_FAILURES = {
-    "ActNorm(data_init)": "flows.ActNorm's data-dependent init computes the moments of each "
-                          "replica's shard and assigns them replica-locally: the replicas' "
-                          "log_scale/bias diverge (no error).",
-    "VectorQuantizer(ema)": "vq.VectorQuantizer(ema=True) updates the EMA counts/sums from "
-                            "each replica's shard: the replicas' codebooks diverge (no error).",
-}
-
 
 def _emit(**record):
     print("RESULT " + json.dumps(record), flush=True)
@@ -368,17 +350,6 @@ def _takes_training(layer):
     return "training" in inspect.signature(layer.call).parameters
 
 
-def _zero_variance(model):
-    """Sets every trainable-normal posterior stddev to exp(-30) ≈ 1e-13."""
-    from bayes_planet.layers.initializers import TrainableNormal
-    count = 0
-    for module in model.submodules:
-        if isinstance(module, TrainableNormal):
-            module.raw_stddev.assign(-30.0 * np.ones(module.raw_stddev.shape, "float32"))
-            count += 1
-    return count
-
-
 def _seed_counters(model, strategy):
     from bayes_planet.layers.base import bayesian_layers
     out = []
@@ -462,38 +433,30 @@ def _run_case(name, case, strategy, steps=2):
     x, y = tf.constant(x), tf.constant(y)
     loss_fn = _loss_fn(case.loss)
     record = {"case": name, "family": case.family, "mode": case.mode}
-    phases = [("noisy", False)] + ([("zero_variance", True)] if case.mode == "per_example"
-                                   else [])
     single, multi, opt_s, opt_m = _build_pair(case, strategy, x)
     step_s = _step_fn(single, opt_s, loss_fn, x.shape[0], tf.distribute.get_strategy())
     step_m = _step_fn(multi, opt_m, loss_fn, x.shape[0], strategy)
-    for phase, zero in phases:
-        if zero:  # Same models and traced steps: restart both from one state, noise-free.
-            for a, b in zip(multi.weights, single.weights, strict=True):
-                a.assign(b)
-            record["zeroed_posteriors"] = _zero_variance(single)
-            _zero_variance(multi)
-        losses = []
-        for _ in range(steps):
-            ls, lm = step_s(x, y), step_m(x, y)
-            losses.append([[float(ls[0]), float(ls[1])], [float(lm[0]), float(lm[1])]])
-        diff, agree = _compare(single, multi, strategy)
-        counters = _seed_counters(multi, strategy)
-        single_counters = _seed_counters(single, tf.distribute.get_strategy())
-        digest = hashlib.sha1()
-        for w in multi.weights:
-            digest.update(np.asarray(strategy.experimental_local_results(w)[0]).tobytes())
-        record[phase] = {
-            "weights_sha1": digest.hexdigest(),
-            "losses": losses, "weight_diff": diff, "replicas_agree": bool(agree),
-            "finite": bool(_finite(multi) and np.all(np.isfinite(losses))),
-            "counters_lockstep": all(len(set(c)) == 1 for c in counters),
-            "counters_match_single": [c[0] for c in counters] == [c[0] for c in
-                                                                   single_counters],
-            "equal_to_single": bool(np.allclose(np.asarray(losses)[:, 0],
-                                                np.asarray(losses)[:, 1], RTOL, ATOL)
-                                    and diff < 1e-5),
-        }
+    losses = []
+    for _ in range(steps):
+        ls, lm = step_s(x, y), step_m(x, y)
+        losses.append([[float(ls[0]), float(ls[1])], [float(lm[0]), float(lm[1])]])
+    diff, agree = _compare(single, multi, strategy)
+    counters = _seed_counters(multi, strategy)
+    single_counters = _seed_counters(single, tf.distribute.get_strategy())
+    digest = hashlib.sha1()
+    for w in multi.weights:
+        digest.update(np.asarray(strategy.experimental_local_results(w)[0]).tobytes())
+    record["noisy"] = {
+        "weights_sha1": digest.hexdigest(),
+        "losses": losses, "weight_diff": diff, "replicas_agree": bool(agree),
+        "finite": bool(_finite(multi) and np.all(np.isfinite(losses))),
+        "counters_lockstep": all(len(set(c)) == 1 for c in counters),
+        "counters_match_single": [c[0] for c in counters] == [c[0] for c in
+                                                               single_counters],
+        "equal_to_single": bool(np.allclose(np.asarray(losses)[:, 0],
+                                            np.asarray(losses)[:, 1], RTOL, ATOL)
+                                and diff < 1e-5),
+    }
     return record
 
 
@@ -539,9 +502,6 @@ def mirrored_fit(names):
         try:
             x, y = _data(case.x_shape, case.y_shape, case.y_kind)
             single, multi, _, _ = _build_pair(case, strategy, tf.constant(x))
-            if case.mode == "per_example":
-                _zero_variance(single)
-                _zero_variance(multi)
             histories = []
             for model, scope in ((single, tf.distribute.get_strategy()), (multi, strategy)):
                 with scope.scope():
@@ -603,26 +563,6 @@ def _world_models(estimator, strategy, overrides=(), learning_rate=1.0):
     return single, multi
 
 
-def _reference_step(model, shards, seed, num_transitions):
-    """Single-device emulation of R replicas that each draw their own noise from
-    ``seed`` for their shard: global means of the shards' loss terms, then the loss."""
-    import tensorflow as tf
-    lc = model.loss_config
-    variables = model.trainable_variables
-    with tf.GradientTape() as tape:
-        parts = [model.loss(shard, seed, num_transitions)[1] for shard in shards]
-        mean = {k: tf.add_n([p[k] for p in parts]) / len(parts)
-                for k in ("obs_nll", "reward_nll", "state_kl")}
-        weight_kl = parts[0]["weight_kl"]
-        loss = (mean["obs_nll"] + lc.reward_scale * mean["reward_nll"]
-                + lc.kl_scale * tf.maximum(mean["state_kl"], lc.free_nats)
-                + lc.weight_kl_scale * weight_kl / tf.cast(num_transitions, tf.float32))
-    grads = tape.gradient(loss, variables)
-    grads, norm = tf.clip_by_global_norm(grads, model.train_config.grad_clip)
-    model.optimizer.apply_gradients(zip(grads, variables, strict=True))
-    return {"loss": loss, "grad_norm": norm, **mean, "weight_kl": weight_kl}
-
-
 def _weights_diff(a, b):
     return max(float(np.max(np.abs(np.asarray(x) - np.asarray(y)), initial=0.0))
                for x, y in zip(a.trainable_variables, b.trainable_variables, strict=True))
@@ -634,32 +574,32 @@ def mirrored_world_model():
 
     from bayes_planet import config as config_lib
     seed = tf.constant([3, 4])
-    for estimator in ("reparameterization",):
-        # 1. Global batch = one half twice: each replica's rows and noise are exactly the
-        #    single-device run on the half, so the 2-replica step must equal it.
+    for estimator in ("reparameterization", "flipout"):
+        # 1. A global batch of distinct rows: each replica trains on its rows with their
+        #    single-device noise (weight sample shared, per-example noise sliced from the
+        #    global draw), so the 2-replica step must equal the single-device step.
         single, multi = _world_models(estimator, strategy)
-        half = _world_batch(2)
-        dup = {k: tf.concat([v, v], 0) for k, v in half.items()}
-        m1 = single.train_step(half, seed, 100)
-        m2 = multi.train_step(dup, seed, 100)
-        _emit(test="duplicated_batch", estimator=estimator,
+        batch = _world_batch(4)
+        m1 = single.train_step(batch, seed, 100)
+        m2 = multi.train_step(batch, seed, 100)
+        _emit(test="global_batch", estimator=estimator,
               single={k: float(v) for k, v in m1.items()},
               mirrored={k: float(v) for k, v in m2.items()},
               weight_diff=_weights_diff(single, multi),
               replicas_agree=all(np.array_equal(*[np.asarray(x) for x in
                                                   strategy.experimental_local_results(v)])
                                  for v in multi.trainable_variables))
-        # 2. Distinct shards: equal to the single-device emulation of two replicas. Free
-        #    nats between the smaller shard's state KL and the global mean: clipping each
-        #    replica's own mean (instead of the global one) would change loss and gradient.
+        # 2. Free nats between the two shards' state KLs: clipping each replica's own mean
+        #    (instead of the global one) would change the loss and gradient.
         single, multi = _world_models(estimator, strategy)
         batch = _world_batch(4, seed=1)
         shards = [{k: v[:2] for k, v in batch.items()}, {k: v[2:] for k, v in batch.items()}]
+        # The shards' state KLs (their own latent noise; the replicas' differs a little).
         kls = sorted(float(single.loss(s, seed, 100)[1]["state_kl"]) for s in shards)
         free_nats = kls[0] + 0.25 * (kls[1] - kls[0])
         for model in (single, multi):
             model.loss_config = config_lib.load(["debug"], [f"loss.free_nats={free_nats}"]).loss
-        ref = _reference_step(single, shards, seed, 100)
+        ref = single.train_step(batch, seed, 100)
         got = multi.train_step(batch, seed, 100)
         _emit(test="distinct_shards", estimator=estimator, shard_kls=kls, free_nats=free_nats,
               single={k: float(v) for k, v in ref.items()},
@@ -714,12 +654,11 @@ def multi_worker(out_path, cases=(), steps=3):
     seed = tf.constant([3, 4])
     # World model: the global batch is the same on both workers; each trains on its rows.
     single, multi = _world_models("reparameterization", strategy, learning_rate=0.05)
-    half = _world_batch(2)
-    dup = {k: tf.concat([v, v], 0) for k, v in half.items()}
+    batch = _world_batch(4)
     world_losses = []
     for i in range(steps):
-        s = single.train_step(half, seed + i, 100)
-        m = multi.train_step(dup, seed + i, 100)
+        s = single.train_step(batch, seed + i, 100)
+        m = multi.train_step(batch, seed + i, 100)
         world_losses.append([float(s["loss"]), float(m["loss"])])
     # A Bayesian Keras model under model.fit (Keras' data-parallel step).
     x, y = _data((8, 3), (8, 2))

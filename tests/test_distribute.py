@@ -24,9 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "_distribute_scripts.py")
 from _distribute_scripts import (  # noqa: E402  (pytest puts tests/ on the path)
     DEFAULT_CASES,
-    FIRST_STEP_ONLY,
     FIT_CASES,
-    KNOWN_FAILURES,
     MULTI_WORKER_CASES,
 )
 
@@ -124,9 +122,7 @@ def test_replica_loss_is_the_plain_loss_on_one_replica():
 
 # MirroredStrategy over 2 logical CPUs: every layer family ------------------------------
 
-@pytest.mark.parametrize("case", [
-    pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=KNOWN_FAILURES[name]))
-    if name in KNOWN_FAILURES else name for name in DEFAULT_CASES])
+@pytest.mark.parametrize("case", DEFAULT_CASES)
 def test_layer_family_under_mirrored_strategy(runs, case):
     record = _by_case(runs, "layers")[case]
     assert record["status"] == "ok", record
@@ -138,20 +134,11 @@ def test_layer_family_under_mirrored_strategy(runs, case):
     losses = np.asarray(noisy["losses"])  # [step, single|mirrored, data|KL]
     # The KL is counted once: the same regularization loss as on one device.
     np.testing.assert_allclose(losses[0, 1, 1], losses[0, 0, 1], rtol=RTOL, atol=ATOL)
-    if case in FIRST_STEP_ONLY:  # see FIRST_STEP_ONLY: a single-device RevNet issue
-        np.testing.assert_allclose(losses[0, 1], losses[0, 0], rtol=RTOL, atol=ATOL)
-    elif record["mode"] == "exact":
-        # Weight noise only: the same weight sample on every replica = the single-device
-        # sample, so the 2-replica steps reproduce the single-device steps.
-        np.testing.assert_allclose(losses[:, 1], losses[:, 0], rtol=RTOL, atol=ATOL)
-        assert noisy["weight_diff"] < 1e-5, noisy
-    else:
-        # Per-example noise is drawn per replica shard: not the single-device noise...
-        assert not noisy["equal_to_single"], noisy
-        # ... but with zero-variance posteriors the steps are the single-device steps.
-        zero = record["zero_variance"]
-        assert record["zeroed_posteriors"] >= 1
-        assert zero["equal_to_single"] and zero["replicas_agree"], zero
+    # Weight noise: every replica draws the single-device weight sample; per-example
+    # noise: each replica's rows get their single-device draws (sliced from the global
+    # draw). Either way the 2-replica steps reproduce the single-device steps.
+    np.testing.assert_allclose(losses[:, 1], losses[:, 0], rtol=RTOL, atol=ATOL)
+    assert noisy["weight_diff"] < 1e-5 and noisy["equal_to_single"], noisy
 
 
 @pytest.mark.parametrize("case", FIT_CASES)
@@ -179,10 +166,11 @@ def _world(runs, test):
     return [r for r in started["world_model"].results(deadline) if r["test"] == test]
 
 
-def test_world_model_mirrored_step_equals_single_device(runs):
-    """Global batch = one half twice: each replica's rows and noise are the single-device
-    run's on that half, so loss, metrics and updated weights must be identical."""
-    (record,) = _world(runs, "duplicated_batch")
+@pytest.mark.parametrize("estimator", ["reparameterization", "flipout"])
+def test_world_model_mirrored_step_equals_single_device(runs, estimator):
+    """A global batch of distinct rows: loss, metrics and updated weights of the 2-replica
+    step equal the single-device step (weight sample shared, latent noise per row)."""
+    (record,) = [r for r in _world(runs, "global_batch") if r["estimator"] == estimator]
     for key, value in record["single"].items():
         np.testing.assert_allclose(record["mirrored"][key], value, rtol=RTOL, atol=ATOL,
                                    err_msg=key)
@@ -190,10 +178,11 @@ def test_world_model_mirrored_step_equals_single_device(runs):
     assert record["weight_diff"] < 1e-5 and record["replicas_agree"], record
 
 
-def test_world_model_mirrored_step_on_distinct_shards(runs):
-    """Distinct shards equal the single-device emulation of 2 replicas (each shard with
-    its own noise), with free nats between the shards' KLs: clipping is global."""
-    (record,) = _world(runs, "distinct_shards")
+@pytest.mark.parametrize("estimator", ["reparameterization", "flipout"])
+def test_world_model_free_nats_clip_the_global_state_kl(runs, estimator):
+    """Free nats between the shards' KLs: per-replica clipping would differ from the
+    single-device step; the 2-replica step equals it."""
+    (record,) = [r for r in _world(runs, "distinct_shards") if r["estimator"] == estimator]
     low, high = record["shard_kls"]
     assert low < record["free_nats"] < (low + high) / 2  # per-replica clipping would differ
     for key, value in record["single"].items():
@@ -211,9 +200,11 @@ def test_world_model_mirrored_debug_steps_are_finite(runs):
 
 def test_multi_worker_localhost_workers_agree(runs):
     started, deadline, tmp = runs
-    for worker in started["workers"]:
-        out, err = worker.wait(deadline)
-        assert worker.proc.returncode == 0 and "DONE" in out, err[-5000:]
+    outputs = [worker.wait(deadline) for worker in started["workers"]]
+    for i, (worker, (out, _)) in enumerate(zip(started["workers"], outputs, strict=True)):
+        assert worker.proc.returncode == 0 and "DONE" in out, (
+            f"worker {i} failed:\n" + "\n\n".join(f"worker {j} stderr:\n{e[-4000:]}"
+                                                  for j, (_, e) in enumerate(outputs)))
     first, second = (np.load(tmp / f"worker{i}.npz") for i in range(2))
     keys = [k for k in first.files if k.startswith(("world_", "keras_"))]
     assert keys and sorted(keys) == sorted(k for k in second.files
@@ -238,23 +229,15 @@ def _case_ok(record):
     noisy = record.get("noisy", {})
     if record["status"] != "ok":
         return False
-    if record["case"] in FIRST_STEP_ONLY:
-        first = np.asarray(noisy["losses"])[0]
-        equal = bool(np.allclose(first[1], first[0], RTOL, ATOL))
-    elif record["mode"] == "exact":
-        equal = noisy["equal_to_single"]
-    else:
-        equal = record["zero_variance"]["equal_to_single"]
+    equal = noisy["equal_to_single"]
     return noisy["finite"] and noisy["replicas_agree"] and noisy["counters_lockstep"] and equal
 
 
 @pytest.mark.slow
 def test_every_layer_case_under_mirrored_strategy():
     records = _Run(["mirrored_layers", "all"]).results(time.time() + 3 * TIMEOUT)
-    failures = [r for r in records if r["case"] not in KNOWN_FAILURES and not _case_ok(r)]
+    failures = [r for r in records if not _case_ok(r)]
     assert len(records) > len(DEFAULT_CASES) and not failures, failures
-    known = [r["case"] for r in records if r["case"] in KNOWN_FAILURES and not _case_ok(r)]
-    assert sorted(known) == sorted(KNOWN_FAILURES)  # still broken: update the list if fixed
 
 
 @pytest.mark.slow
@@ -272,9 +255,7 @@ def test_layer_families_under_multi_worker_strategy(tmp_path):
     assert [r["case"] for r in first] == MULTI_WORKER_CASES
     for a, b in zip(first, second, strict=True):
         assert _case_ok(a) and _case_ok(b), (a, b)
-        for phase in ("noisy", "zero_variance"):
-            if phase in a:
-                assert a[phase]["weights_sha1"] == b[phase]["weights_sha1"], a["case"]
+        assert a["noisy"]["weights_sha1"] == b["noisy"]["weights_sha1"], a["case"]
 
 
 @pytest.mark.slow

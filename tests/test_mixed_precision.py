@@ -3,7 +3,8 @@
 Per family member and policy: the variational parameters (every trainable variable)
 stay float32, the layer computes and returns the policy's compute dtype, the KL terms
 are float32 (computed from the float32 parameters), and the loss and every gradient
-are finite. One member per family also runs a Keras ``fit`` step (a loss-scale
+are finite (the GP layers compute and return float32 under any policy:
+`FLOAT32_OUTPUTS`). One member per family also runs a Keras ``fit`` step (a loss-scale
 optimizer under ``mixed_float16``). The models are the small ones of the strategy
 tests (``tests/_distribute_scripts.py``). The global policy is always restored.
 """
@@ -19,28 +20,9 @@ from bayes_planet._keras import keras
 POLICIES = ["mixed_float16", "mixed_bfloat16"]
 CASES = cases_lib.case_names()
 
-_CHOLESKY = ("gaussian_process.py computes in the compute dtype and Cholesky has no "
-             "float16/bfloat16 CPU kernel (and is ill-conditioned in 16 bits): GP layers "
-             "should compute in float32 whatever the policy. Workaround: dtype='float32'.")
-_RANGE = ("outputs.Categorical's straight-through surrogate calls tf.range(..., "
-          "dtype=logits.dtype): no float16/bfloat16 Range kernel on CPU.")
-_VQ = ("vq.VectorQuantizer.encode casts the inputs to codebook.dtype (float32) but reads "
-       "the autocast codebook as the compute dtype: a float32/16-bit matmul.")
-_VQ_EMA = ("vq.VectorQuantizer(ema=True) builds ema_sum from the autocast codebook "
-           "(16-bit) as the initial value of a float32 variable.")
-_LOGISTIC = ("Sampling outputs.MixtureLogistic in bfloat16 fails in tfp 0.23: "
-             "tfd.Logistic._sample_n calls np.finfo(bfloat16). Suggested fix: build the "
-             "logistic components in float32 when the compute dtype is bfloat16.")
-_ANY = (tf.errors.NotFoundError, tf.errors.InvalidArgumentError)
-# (case, policy or None for both) -> (reason, expected exception).
-KNOWN_FAILURES = {
-    ("GaussianProcess", None): (_CHOLESKY, _ANY),
-    ("SparseGaussianProcess", None): (_CHOLESKY, _ANY),
-    ("Categorical", None): (_RANGE, tf.errors.NotFoundError),
-    ("VectorQuantizer", None): (_VQ, tf.errors.InvalidArgumentError),
-    ("VectorQuantizer(ema)", None): (_VQ_EMA, ValueError),
-    ("MixtureLogistic+Discretize", "mixed_bfloat16"): (_LOGISTIC, ValueError),
-}
+# Layers computing and returning float32 under any policy (a 16-bit Cholesky factorization
+# is ill-conditioned and has no CPU kernel; see gaussian_process.py).
+FLOAT32_OUTPUTS = {"GaussianProcess", "SparseGaussianProcess"}
 # Keras fit under a mixed policy (a LossScaleOptimizer for float16): the dense, conv and
 # recurrent estimators; the Transformer's mixed-precision fit is in test_attention.py.
 FIT_CASES = ["DenseReparameterization", "Conv2DFlipout", "LSTMCellFlipout"]
@@ -58,10 +40,7 @@ def policy(request):
 def _params():
     for name in CASES:
         for policy in POLICIES:
-            known = KNOWN_FAILURES.get((name, None)) or KNOWN_FAILURES.get((name, policy))
-            marks = [] if known is None else [
-                pytest.mark.xfail(strict=True, reason=known[0], raises=known[1])]
-            yield pytest.param(name, policy, marks=marks, id=f"{name}-{policy}")
+            yield pytest.param(name, policy, id=f"{name}-{policy}")
 
 
 def _kl_losses(model):
@@ -81,7 +60,7 @@ def test_layer_family_under_mixed_precision(name, policy):
         losses = [tf.cast(loss, tf.float32) for loss in model.losses]
         loss = data + tf.add_n(losses) if losses else data
     grads = tape.gradient(loss, model.trainable_variables)
-    compute = tf.as_dtype(policy.compute_dtype)
+    compute = tf.as_dtype("float32" if name in FLOAT32_OUTPUTS else policy.compute_dtype)
     value = tf.convert_to_tensor(out)
     assert value.dtype == compute, (value.dtype, compute)
     assert model.trainable_variables
@@ -116,31 +95,27 @@ def test_fit_step_under_mixed_precision(policy, name):
 
 
 @pytest.mark.parametrize("policy", POLICIES, indirect=True)
-def test_gaussian_process_layers_in_float32_under_a_mixed_policy(policy):
-    """The documented workaround for GP layers: ``dtype='float32'`` on the layer."""
+@pytest.mark.parametrize("dtype", [None, "float32"])
+def test_gaussian_process_layers_in_float32_under_a_mixed_policy(policy, dtype):
+    """GP layers compute in float32 under a mixed policy (by default, or with
+    ``dtype='float32'``), behind a layer computing in the policy dtype."""
     import bayes_planet.layers as bl
     x, y = cases_lib._data((8, 2), (8, 2))
     hidden = keras.layers.Dense(2)  # computes in the policy dtype
-    gp = bl.SparseGaussianProcess(2, num_inducing=4, seed=1, dtype="float32")
+    gp = bl.SparseGaussianProcess(2, num_inducing=4, seed=1, dtype=dtype)
     with tf.GradientTape() as tape:
         h = hidden(x)
         rv = gp(h)
         loss = -tf.reduce_mean(rv.distribution.log_prob(y)) + tf.add_n(gp.losses)
     grads = tape.gradient(loss, hidden.trainable_variables + gp.trainable_variables)
     assert h.dtype == tf.as_dtype(policy.compute_dtype)
+    assert gp.compute_dtype == gp.covariance_fn.compute_dtype == "float32"
     assert tf.convert_to_tensor(rv).dtype == tf.float32 and np.isfinite(float(loss))
+    assert all(w.dtype == tf.float32 for w in gp.trainable_weights)
     assert all(g is not None and np.all(np.isfinite(tf.cast(g, tf.float32))) for g in grads)
 
 
-_POISSON_BF16 = ("point_process.PoissonProcess samples with tf.random.poisson, which has no "
-                 "bfloat16 kernel: sample in float32 and cast (log_prob works in bfloat16).")
-
-
-@pytest.mark.parametrize("policy", [
-    "mixed_float16",
-    pytest.param("mixed_bfloat16", marks=pytest.mark.xfail(strict=True, reason=_POISSON_BF16,
-                                                           raises=TypeError))],
-    indirect=True)
+@pytest.mark.parametrize("policy", POLICIES, indirect=True)
 def test_poisson_process_under_mixed_precision(policy):
     """The point-process output layer (its "batch" is the grid, so it is not a case of the
     batch-split strategy tests)."""

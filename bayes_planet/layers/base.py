@@ -30,6 +30,8 @@ __all__ = [
     "check_positive_int",
     "fixed_noise",
     "moments",
+    "multi_replica_context",
+    "per_example",
     "split_seed",
     "standard_normal",
 ]
@@ -172,3 +174,30 @@ def _weight_loss(name, regularizer, initializer):
 def split_seed(seed, num):
     """``num`` independent stateless seeds from one."""
     return tf.unstack(tf.random.experimental.stateless_split(seed, num))
+
+
+def multi_replica_context():
+    """The replica context when running in sync with other replicas, else None."""
+    ctx = tf.distribute.get_replica_context()
+    return ctx if ctx is not None and ctx.num_replicas_in_sync > 1 else None
+
+
+def per_example(draw, shape, seed):
+    """``draw(shape, seed)`` for per-example noise (axis 0 is the batch), replica-aware.
+
+    Under a strategy with ``R > 1`` replicas in sync, each holding ``b`` rows of a
+    global batch of ``R * b``, draws the noise of the *global* batch shape and returns
+    this replica's rows ``[r * b, (r + 1) * b)``: every example gets the noise a single
+    device would give it, so a data-parallel step equals the single-device step and
+    no two replicas share noise. Costs ``R``× the (per-example, usually small) noise;
+    assumes equal shards (a ragged final batch still gets valid but not the
+    single-device draws). Outside a multi-replica context it is ``draw(shape, seed)``.
+    """
+    ctx = multi_replica_context()
+    if ctx is None:
+        return draw(shape, seed)
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    rows = shape[0]
+    full = draw(tf.concat([[rows * ctx.num_replicas_in_sync], shape[1:]], 0), seed)
+    start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * rows
+    return full[start:start + rows]

@@ -9,14 +9,19 @@ seed. A deterministic weight (``scale is None``) reduces every estimator to
 
 import tensorflow as tf
 
-from bayes_planet.layers.base import moments, split_seed, standard_normal
+from bayes_planet.layers.base import moments, per_example, split_seed, standard_normal
 
 __all__ = ["flipout", "local_reparameterization", "rademacher", "reparameterization"]
 
 
 def rademacher(shape, seed, dtype):
-    """Random signs in {-1, +1} of the given shape."""
-    bits = tf.random.stateless_uniform(shape, seed, minval=0, maxval=2, dtype=tf.int32)
+    """Per-example random signs in {-1, +1} of the given shape (axis 0: the batch).
+
+    Under a multi-replica strategy, this replica's rows of the global batch's signs
+    (`noise.per_example`).
+    """
+    bits = per_example(lambda s, sd: tf.random.stateless_uniform(
+        s, sd, minval=0, maxval=2, dtype=tf.int32), shape, seed)
     return tf.cast(2 * bits - 1, dtype)
 
 
@@ -43,7 +48,8 @@ def flipout(op, x, weight, seed, channel_axis=-1):
     """Flipout (Wen et al., 2018): ``op(x, M) + op(x ∘ s, σ ∘ E) ∘ r``.
 
     ``E`` is one shared perturbation; ``s`` and ``r`` are per-example random signs
-    over input and output channels (broadcast over spatial/time axes).
+    over input and output channels (broadcast over spatial/time axes). Under a
+    multi-replica strategy every example gets its single-device signs (`rademacher`).
     """
     loc, scale = moments(weight, x.dtype)
     mean = op(x, loc)
@@ -60,7 +66,8 @@ def local_reparameterization(op, x, weight, seed, channel_axis=-1):
     """Local reparameterization (Kingma et al., 2015): sample the outputs.
 
     For a linear ``op`` and factorized normal weights, ``op(x, W)`` is normal with
-    mean ``op(x, M)`` and variance ``op(x², σ²)``: ``out = mean + sqrt(var) ∘ ε``.
+    mean ``op(x, M)`` and variance ``op(x², σ²)``: ``out = mean + sqrt(var) ∘ ε``, with
+    per-example ``ε`` (the single-device draws under a multi-replica strategy).
     """
     del channel_axis
     loc, scale = moments(weight, x.dtype)
@@ -68,5 +75,5 @@ def local_reparameterization(op, x, weight, seed, channel_axis=-1):
     if scale is None:
         return mean
     var = op(tf.square(x), tf.square(scale))
-    eps = standard_normal(tf.shape(mean), seed, dtype=x.dtype)
+    eps = per_example(lambda s, sd: standard_normal(s, sd, dtype=x.dtype), tf.shape(mean), seed)
     return mean + tf.sqrt(var + 1e-16) * eps

@@ -28,7 +28,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
-from bayes_planet.layers.base import check_positive_int
+from bayes_planet.layers.base import check_positive_int, multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
 
 tfb = tfp.bijectors
@@ -269,7 +269,9 @@ class ActNorm(ReversibleLayer):
     direction — sets ``s, b`` so that this direction's outputs have zero mean and
     unit variance per feature (for a generative flow: ``reverse`` on the first data
     batch, as in Glow). A non-trainable ``initialized`` flag (saved with the
-    model) makes this happen once.
+    model) makes this happen once. The moments are computed in the variable dtype
+    (float32 under a mixed policy) and, under a multi-replica strategy, from sums
+    all-reduced over the replicas: the single-device initialization on the global batch.
     """
 
     def __init__(self, data_init=True, epsilon=1e-6, **kwargs):
@@ -289,29 +291,41 @@ class ActNorm(ReversibleLayer):
     def _maybe_init(self, data, forward):
         if not self.data_init:
             return
+        with tf.init_scope():  # the flag's current value, even while tracing
+            done = int(self.initialized.numpy()) if tf.executing_eagerly() else None
+        if done:
+            return  # Initialized before this trace: no conditional in the graph.
         data = tf.cast(data, self.log_scale.dtype)
+        ctx = multi_replica_context()
 
-        def init():
+        def moments():  # of the global batch: sums and count all-reduced over replicas
             axes = list(range(data.shape.rank - 1))
-            mean, var = tf.nn.moments(data, axes=axes)
+            stats = [tf.reduce_sum(data, axes), tf.reduce_sum(tf.square(data), axes),
+                     tf.cast(tf.size(data) // tf.shape(data)[-1], data.dtype)]
+            if ctx is not None:
+                stats = ctx.all_reduce(tf.distribute.ReduceOp.SUM, stats)
+            mean = stats[0] / stats[2]
+            return mean, tf.maximum(stats[1] / stats[2] - tf.square(mean), 0.0)
+
+        def init(mean, var):
             log_std = 0.5 * tf.math.log(var + self.epsilon)
             if forward:
                 log_scale, bias = -log_std, -mean * tf.exp(-log_std)
             else:
                 log_scale, bias = log_std, mean
+            # Aggregation NONE: every replica assigns its copy the same global values.
             with tf.control_dependencies([self.log_scale.assign(log_scale),
                                           self.bias.assign(bias),
                                           self.initialized.assign(1)]):
                 return tf.constant(True)
 
-        with tf.init_scope():  # the flag's current value, even while tracing
-            done = int(self.initialized.numpy()) if tf.executing_eagerly() else None
-        if done:
-            return  # Initialized before this trace: no conditional in the graph.
         if tf.executing_eagerly():
-            init()
-        else:
-            tf.cond(self.initialized > 0, lambda: tf.constant(False), init)
+            init(*moments())
+            return
+        # The all-reduce (a merge_call under MirroredStrategy) cannot run in a cond branch.
+        stats = moments() if ctx is not None else None
+        tf.cond(self.initialized > 0, lambda: tf.constant(False),
+                lambda: init(*(stats or moments())))
 
     def forward(self, inputs):
         self._maybe_init(inputs, forward=True)

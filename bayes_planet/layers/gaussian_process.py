@@ -13,9 +13,15 @@ deep GP (Salimbeni & Deisenroth, 2017).
   al., 2013) with the KL term in ``layer.losses``.
 
 Both compute in the layer's dtype (pass ``dtype='float64'`` for exact numerics) and
-add ``jitter`` to the diagonal of every matrix they factorize. Outputs are created
-through `tracing.random_variable` under the layer's name, so `tracing.tape` and
-`tracing.condition` see them.
+add ``jitter`` to the diagonal of every matrix they factorize. Under a mixed precision
+policy (``mixed_float16``, ``mixed_bfloat16``) they compute in its variable dtype
+(their ``compute_dtype`` is float32) and return float32: a 16-bit Cholesky factorization is ill-conditioned (and
+has no CPU kernel). The output distribution, its sample and the KL terms are then
+float32, so a likelihood loss ``-rv.distribution.log_prob(y)`` is float32 as Keras
+wants, and the next Keras layer casts the sample to its own compute dtype.
+
+Outputs are created through `tracing.random_variable` under the layer's name, so
+`tracing.tape` and `tracing.condition` see them.
 """
 
 import math
@@ -52,7 +58,7 @@ class _GaussianProcessBase(BayesianLayer, keras.layers.Layer):
 
     def __init__(self, units, mean_fn=None, covariance_fn=None, jitter=1e-6, seed=None,
                  **kwargs):
-        super().__init__(**kwargs)
+        super().__init__(**kernels.full_precision(kwargs))  # float32 under a mixed policy
         self.units = check_positive_int("units", units)
         self.mean_fn = kernels.get("zeros" if mean_fn is None else mean_fn, dtype=self.dtype)
         self.covariance_fn = kernels.get(
@@ -136,7 +142,8 @@ class GaussianProcess(_GaussianProcessBase):
       jitter: added to the diagonal of every factorized covariance.
       seed: int seed of the output samples.
 
-    Input shape: ``[batch, d]``. Output: `RandomVariable` with shape ``[batch, units]``.
+    Input shape: ``[batch, d]``. Output: `RandomVariable` with shape ``[batch, units]``,
+    float32 under a mixed precision policy (see the module docstring).
     """
 
     def __init__(self, units, mean_fn=None, covariance_fn=None, conditional_inputs=None,
@@ -422,7 +429,8 @@ class SparseGaussianProcess(_GaussianProcessBase):
       dataset_size: N for the KL scaling (None: unscaled).
       jitter, seed: as `GaussianProcess`.
 
-    Input shape: ``[batch, d]``. Output: `RandomVariable` with shape ``[batch, units]``.
+    Input shape: ``[batch, d]``. Output: `RandomVariable` with shape ``[batch, units]``,
+    float32 under a mixed precision policy (see the module docstring).
     """
 
     def __init__(self, units, num_inducing, mean_fn=None, covariance_fn=None,

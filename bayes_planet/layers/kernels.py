@@ -20,7 +20,10 @@ returns ``k(x_i, x_i)`` as ``[n]``. With ``r² = Σ_j (x1_j - x2_j)² / ℓ_j²`
 
 These match scikit-learn's ``ConstantKernel(σ²) * RBF/Matern(ℓ)`` and GPflow's
 kernels of the same names. Kernels compute in the dtype of their inputs (the
-hyperparameters are cast), so a float32 kernel serves a float64 layer.
+hyperparameters are cast), so a float32 kernel serves a float64 layer. Under a mixed
+precision policy kernels and mean functions keep the policy's variable dtype (float32)
+as their compute dtype too (`full_precision`), so their hyperparameters are never
+read in 16 bits: the GP layers using them compute in float32.
 
 Mean functions map ``[n, d]`` inputs to ``[n]`` (shared by all output units) or
 ``[n, units]``: `ZeroMean` (the default), `ConstantMean`, `LinearMean`.
@@ -73,6 +76,24 @@ def inverse_softplus(x):
     return np.where(x > 30.0, x, np.log(np.expm1(np.minimum(x, 30.0))))
 
 
+def full_precision(kwargs):
+    """Layer ``kwargs`` whose ``dtype`` is a variable dtype, never a mixed policy.
+
+    For layers whose numerics need at least float32 (kernel matrices and their Cholesky
+    factors): an unset ``dtype`` becomes the global policy's variable dtype (float32
+    under ``mixed_float16``/``mixed_bfloat16``, else the policy's dtype) and a mixed
+    policy passed as ``dtype`` becomes its variable dtype, so the layer computes in it.
+    """
+    dtype = kwargs.get("dtype")
+    if dtype is None:
+        dtype = keras.mixed_precision.global_policy()
+    if isinstance(dtype, str):
+        dtype = keras.mixed_precision.Policy(dtype)
+    if isinstance(dtype, keras.mixed_precision.Policy):
+        dtype = dtype.variable_dtype
+    return {**kwargs, "dtype": dtype}
+
+
 def _as_matrix(x, name, dtype):
     x = tf.convert_to_tensor(x)
     if not x.dtype.is_floating:
@@ -98,7 +119,7 @@ class Kernel(keras.layers.Layer):
 
     def __init__(self, amplitude=1.0, length_scale=1.0, **kwargs):
         kwargs.setdefault("autocast", False)
-        super().__init__(**kwargs)
+        super().__init__(**full_precision(kwargs))
         self._amplitude_init = _positive("amplitude", amplitude, vector_ok=False)
         self._length_scale_init = _positive("length_scale", length_scale)
         self._transform = constraints.Softplus()
@@ -256,7 +277,7 @@ class MeanFunction(keras.layers.Layer):
 
     def __init__(self, **kwargs):
         kwargs.setdefault("autocast", False)
-        super().__init__(**kwargs)
+        super().__init__(**full_precision(kwargs))
 
     def call(self, inputs):
         return self._mean(_as_matrix(inputs, "inputs", self.dtype))

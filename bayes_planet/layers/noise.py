@@ -22,3 +22,4 @@ def standard_normal(shape, seed, dtype=tf.float32):
     angle = (2.0 * math.pi) * u[1]
     z = tf.concat([radius * tf.cos(angle), radius * tf.sin(angle)], 0)
     return tf.cast(tf.reshape(z[:n], shape), dtype)
+

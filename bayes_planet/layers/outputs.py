@@ -67,6 +67,11 @@ def straight_through(sample, surrogate):
     return tf.stop_gradient(sample) + (surrogate - tf.stop_gradient(surrogate))  # exact value
 
 
+def _range(n, dtype):
+    """``[0, n)`` as ``dtype``: CPU has no float16/bfloat16 ``Range`` kernel."""
+    return tf.cast(tf.range(n), dtype)
+
+
 def _check_event_ndims(value):
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
         raise ValueError(f"Expected a non-negative integer. Received: event_ndims={value!r}")
@@ -230,7 +235,10 @@ class Categorical(_DistributionLayer):
     are class indices stored as floats (the compute dtype) whose gradient is the
     straight-through gradient of the expected index; ``log_prob`` takes integer
     or float labels. Input ``(batch, ..., classes)``, output ``(batch, ...)``;
-    ``event_ndims`` defaults to 0 (one log-probability per label).
+    ``event_ndims`` defaults to 0 (one log-probability per label). Under a mixed
+    precision policy the distribution and samples are in the compute dtype (the
+    surrogate's class indices are an int32 range cast to it: CPUs have no 16-bit
+    ``Range`` kernel).
     """
 
     _default_event_ndims = 0
@@ -240,7 +248,7 @@ class Categorical(_DistributionLayer):
         dist = tfd.Categorical(logits=logits, dtype=logits.dtype)
 
         def expected_index():
-            classes = tf.range(tf.shape(logits)[-1], dtype=logits.dtype)
+            classes = _range(tf.shape(logits)[-1], logits.dtype)
             return tf.reduce_sum(tf.nn.softmax(logits) * classes, axis=-1)
 
         return self._wrap(dist, surrogate=expected_index)
@@ -284,6 +292,17 @@ class _Mixture(_DistributionLayer):
         return config
 
 
+class _Logistic(tfd.Logistic):
+    """`tfd.Logistic` that samples bfloat16 parameters in float32 and casts the sample
+    (tfp 0.23's sampler calls ``np.finfo`` on its dtype, which rejects bfloat16)."""
+
+    def _sample_n(self, n, seed=None):
+        if self.dtype != tf.bfloat16:
+            return super()._sample_n(n, seed=seed)
+        wide = tfd.Logistic(tf.cast(self.loc, tf.float32), tf.cast(self.scale, tf.float32))
+        return tf.cast(wide.sample(n, seed=seed), self.dtype)
+
+
 @_register
 class MixtureLogistic(_Mixture):
     """Mixture of logistics per output unit (Salimans et al., 2017, PixelCNN++).
@@ -298,10 +317,13 @@ class MixtureLogistic(_Mixture):
 
     Input ``(batch, ..., d)``; output ``(batch, ..., units)`` (or ``(batch, ...)``
     without projection) wrapping ``MixtureSameFamily(Categorical, Logistic)``.
-    Feed it to `Discretize` for a discretized logistic mixture likelihood.
+    Feed it to `Discretize` for a discretized logistic mixture likelihood. Under a
+    mixed precision policy the distribution is in the compute dtype; under
+    ``mixed_bfloat16`` its logistic components draw their samples in float32 and cast
+    them to bfloat16 (tfp 0.23 cannot sample a bfloat16 logistic).
     """
 
-    _component = staticmethod(tfd.Logistic)
+    _component = staticmethod(_Logistic)
 
 
 @_register
@@ -407,13 +429,13 @@ class DiscretizedDistribution(tfd.Distribution):
 
     def bin_probs(self):
         """Probabilities of every level, shape ``batch_shape + [num_bins]``."""
-        levels = tf.range(self.num_bins, dtype=self.dtype)
+        levels = _range(self.num_bins, self.dtype)
         levels = tf.reshape(levels, [-1] + [1] * self.batch_shape.rank)
         probs = tf.exp(self._log_prob(levels))
         return tf.transpose(probs, list(range(1, self.batch_shape.rank + 1)) + [0])
 
     def _mean(self):
-        return tf.reduce_sum(self.bin_probs() * tf.range(self.num_bins, dtype=self.dtype), -1)
+        return tf.reduce_sum(self.bin_probs() * _range(self.num_bins, self.dtype), -1)
 
     def _mode(self):
         return tf.cast(tf.argmax(self.bin_probs(), -1), self.dtype)

@@ -35,7 +35,8 @@ class GridPoissonProcess(tfd.Distribution):
     ``log_prob(counts)`` is the point-process log-likelihood ``Σ N_c log λ_c - Σ λ_c ΔV``
     of any point pattern with those counts; `counts_log_prob` is the pmf of the counts
     themselves (they differ by ``Σ_c N_c log ΔV - log N_c!``, a constant in λ).
-    Samples are counts ``N_c ~ Poisson(λ_c ΔV)``; mean and variance ``λ_c ΔV``.
+    Samples are counts ``N_c ~ Poisson(λ_c ΔV)``; mean and variance ``λ_c ΔV``. A
+    16-bit (mixed-precision) process samples in float32 and casts the counts to its dtype.
 
     Args:
       rate: ``[..., num_cells, units]`` non-negative intensities.
@@ -89,7 +90,10 @@ class GridPoissonProcess(tfd.Distribution):
             counts * tf.math.log(self._cell_volume) - tf.math.lgamma(counts + 1.0), [-2, -1])
 
     def _sample_n(self, n, seed=None):
-        return tfd.Poisson(rate=self._expected_counts()).sample(n, seed=seed)
+        # tf.random.poisson has no bfloat16 kernel: draw 16-bit counts in float32.
+        wide = tf.float64 if self.dtype == tf.float64 else tf.float32
+        counts = tfd.Poisson(rate=tf.cast(self._expected_counts(), wide)).sample(n, seed=seed)
+        return tf.cast(counts, self.dtype)
 
     def _mean(self):
         return self._expected_counts()
@@ -114,7 +118,10 @@ class PoissonProcess(BayesianLayer, keras.layers.Layer):
       seed: int seed of the sampled counts.
 
     Input: ``[num_cells, units]`` (or ``[num_cells]``) non-negative rates, a Tensor or
-    `RandomVariable`. Output: `RandomVariable` of shape ``[num_cells, units]``.
+    `RandomVariable`. Output: `RandomVariable` of shape ``[num_cells, units]``. Under a
+    mixed precision policy the distribution and its sampled counts are in the compute
+    dtype (the counts are drawn in float32 and cast; bfloat16 holds integers exactly only
+    up to 256).
     """
 
     def __init__(self, low, high, grid_shape, seed=None, **kwargs):

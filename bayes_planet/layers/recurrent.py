@@ -142,15 +142,6 @@ def _draw_value(weight, seed, num_samples, dtype):
     return loc + scale * standard_normal(shape, seed, dtype=dtype)
 
 
-def _replica_seed(seed):
-    """Folds the replica id into a seed under a multi-replica strategy (else unchanged)."""
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None or ctx.num_replicas_in_sync == 1:
-        return seed
-    rid = tf.cast(ctx.replica_id_in_sync_group, tf.int32)
-    return tf.random.experimental.stateless_fold_in(seed, rid)
-
-
 class _BayesianCell(BayesianLayer):
     """Shared sampling machinery of the Bayesian cells (mixed in before the Keras cell).
 
@@ -272,8 +263,8 @@ class _BayesianCell(BayesianLayer):
             if scale is not None:
                 shape = tf.shape(loc) if num_samples == 1 else [num_samples, *loc.shape]
                 delta = scale * standard_normal(shape, eps_seed, dtype=dtype)
-            weights[name] = {"loc": loc, "delta": delta, "in_seed": _replica_seed(in_seed),
-                             "out_seed": _replica_seed(out_seed)}
+            weights[name] = {"loc": loc, "delta": delta, "in_seed": in_seed,
+                             "out_seed": out_seed}
         bias = None
         if self.use_bias:
             bias = _draw_value(self.bias, bias_seed, num_samples, dtype)

@@ -60,11 +60,24 @@ def _gradients_by_recomputation(step, unstep, x):
                                   output_gradients=d_outputs)
             var_grads = [tf.zeros_like(v) if g is None else g
                          for v, g in zip(variables, grads[1:], strict=True)]
-            return grads[0], var_grads
+            return _all_at_once(grads[0], var_grads)
 
         return outputs, grad
 
     return run(x)
+
+
+def _all_at_once(d_inputs, var_grads):
+    """The gradients, each released only when all of them are computed.
+
+    The backward pass re-reads the variables to recompute the blocks. Inside a
+    ``tf.function`` an optimizer may apply one variable's gradient as soon as that
+    gradient exists, and without this barrier some traces scheduled an update before
+    the recomputation had read the variable (another variable's gradient then used
+    the *updated* weights: a different, wrong step in about 1 trace out of 10).
+    """
+    with tf.control_dependencies([d_inputs, *var_grads]):
+        return tf.identity(d_inputs), [tf.identity(g) for g in var_grads]
 
 
 def _default_residual(dim, hidden_units, name):
@@ -223,8 +236,8 @@ def _stack_with_recomputation(blocks, x):
                     if g is not None:
                         var_grads[i] = g if var_grads[i] is None else var_grads[i] + g
                 y, dy = x_rebuilt, grads[0]
-            return dy, [tf.zeros_like(v) if g is None else g
-                        for v, g in zip(variables, var_grads, strict=True)]
+            return _all_at_once(dy, [tf.zeros_like(v) if g is None else g
+                                     for v, g in zip(variables, var_grads, strict=True)])
 
         return outputs, grad
 

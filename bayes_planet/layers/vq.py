@@ -21,7 +21,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
-from bayes_planet.layers.base import check_positive_int
+from bayes_planet.layers.base import check_positive_int, multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
 
 tfd = tfp.distributions
@@ -60,6 +60,11 @@ class VectorQuantizer(keras.layers.Layer):
     Input ``(batch, ..., dim)``; output a `RandomVariable` of the same shape. One
     loss term (codebook + β·commitment, or β·commitment with EMA) per call.
     ``encode(x)`` gives the integer codes, ``decode(codes)`` the code vectors.
+
+    Codebook, EMA statistics, distances and losses stay in the variable dtype (float32
+    under a mixed policy; the output is in the compute dtype), and under a multi-replica
+    strategy the EMA counts and sums are all-reduced, so every replica applies the
+    single-device update on the global batch.
     """
 
     def __init__(self, num_codes, commitment_cost=0.25, ema=False, decay=0.99, epsilon=1e-5,
@@ -81,21 +86,24 @@ class VectorQuantizer(keras.layers.Layer):
         dim = tf.TensorShape(input_shape)[-1]
         if dim is None:
             raise ValueError(f"VectorQuantizer needs a known last dimension. Got {input_shape}")
+        # Never autocast: distances and EMA updates need the variable dtype.
         self.codebook = self.add_weight(name="codebook", shape=[self.num_codes, dim],
                                         initializer=self.codebook_initializer,
-                                        trainable=not self.ema)
+                                        trainable=not self.ema, experimental_autocast=False)
         if self.ema:
             self.ema_count = self.add_weight(name="ema_count", shape=[self.num_codes],
-                                             initializer="ones", trainable=False)
+                                             initializer="ones", trainable=False,
+                                             experimental_autocast=False)
             # Sum of assigned vectors; starts at the codebook (with counts of one).
             self.ema_sum = self.add_weight(
                 name="ema_sum", shape=[self.num_codes, dim], trainable=False,
-                initializer=lambda shape, dtype=None: tf.identity(self.codebook))
+                initializer=lambda shape, dtype=None: tf.identity(self.codebook),
+                experimental_autocast=False)
         super().build(input_shape)
 
     def encode(self, inputs):
         """Index of the nearest code for every input vector, shape ``inputs.shape[:-1]``."""
-        x = tf.cast(tf.convert_to_tensor(inputs), self.codebook.dtype)
+        x = tf.cast(tf.convert_to_tensor(inputs), self.dtype)
         flat = tf.reshape(x, [-1, x.shape[-1]])
         distances = (tf.reduce_sum(tf.square(flat), 1, keepdims=True)
                      - 2.0 * tf.matmul(flat, self.codebook, transpose_b=True)
@@ -104,28 +112,33 @@ class VectorQuantizer(keras.layers.Layer):
         return tf.reshape(codes, tf.shape(x)[:-1])
 
     def decode(self, codes):
-        """Code vectors for integer ``codes``."""
-        return tf.gather(self.codebook, codes)
+        """Code vectors for integer ``codes`` (in the compute dtype)."""
+        return tf.cast(tf.gather(self.codebook, codes), self.compute_dtype)
 
     def call(self, inputs, training=None):
         x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
         codes = self.encode(x)
+        x_full = tf.cast(x, self.dtype)
         if self.ema and training:
-            self._update_ema(x, codes)
-        quantized = tf.cast(self.decode(codes), x.dtype)
-        commitment = tf.reduce_mean(tf.square(x - tf.stop_gradient(quantized)))
-        loss = self.commitment_cost * commitment
+            self._update_ema(x_full, codes)
+        book = tf.gather(self.codebook, codes)  # after the EMA update, in the variable dtype
+        loss = self.commitment_cost * tf.reduce_mean(tf.square(x_full - tf.stop_gradient(book)))
         if not self.ema:
-            loss += tf.reduce_mean(tf.square(tf.stop_gradient(x) - quantized))
+            loss += tf.reduce_mean(tf.square(tf.stop_gradient(x_full) - book))
         self.add_loss(loss)
+        quantized = tf.cast(book, x.dtype)
         value = x + tf.stop_gradient(quantized - x)
         return RandomVariable(tfd.Independent(tfd.Deterministic(value), 1), value=value)
 
     def _update_ema(self, x, codes):
-        flat = tf.reshape(x, [-1, x.shape[-1]])
+        flat = tf.reshape(tf.stop_gradient(x), [-1, x.shape[-1]])
         one_hot = tf.one_hot(tf.reshape(codes, [-1]), self.num_codes, dtype=flat.dtype)
         count = tf.reduce_sum(one_hot, 0)
         total = tf.matmul(one_hot, flat, transpose_a=True)
+        ctx = multi_replica_context()
+        if ctx is not None:  # the global batch's statistics
+            count, total = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [count, total])
+        # Aggregation NONE: each replica assigns its own copy the same all-reduced update.
         ema_count = self.ema_count.assign(self.decay * self.ema_count + (1 - self.decay) * count)
         ema_sum = self.ema_sum.assign(self.decay * self.ema_sum + (1 - self.decay) * total)
         n = tf.reduce_sum(ema_count)
