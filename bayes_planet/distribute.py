@@ -72,7 +72,7 @@ def set_logical_cpus(num):
     return [d.name for d in tf.config.list_logical_devices("CPU")]
 
 
-def make_strategy(name="none", devices=None, tpu=None):
+def make_strategy(name="none", devices=None, tpu=None, heartbeat_timeout=120):
     """The `tf.distribute.Strategy` named by the config key ``strategy``.
 
     Args:
@@ -85,6 +85,9 @@ def make_strategy(name="none", devices=None, tpu=None):
       devices: optional device list for ``'mirrored'``; default: all GPUs, else every
         logical CPU (one, unless split with `set_logical_cpus`).
       tpu: optional TPU name/address for ``'tpu'`` (default: from the environment).
+      heartbeat_timeout: seconds without a heartbeat before ``'multi_worker'`` declares
+        a worker dead (TensorFlow's default, 10 s, kills healthy workers on busy
+        machines: seen here with the cores oversubscribed).
     """
     if name not in STRATEGIES:
         raise ValueError(f"Expected strategy in {STRATEGIES}. Received: strategy={name!r}")
@@ -100,12 +103,32 @@ def make_strategy(name="none", devices=None, tpu=None):
                           if tf.config.list_physical_devices("GPU")
                           else tf.distribute.experimental.CommunicationImplementation.RING)
         options = tf.distribute.experimental.CommunicationOptions(implementation=implementation)
+        _configure_coordination(heartbeat_timeout)
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     # TPU: connect to the cluster, initialize the TPU system, replicate over its cores.
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+
+
+def _configure_coordination(heartbeat_timeout):
+    """The coordination service `MultiWorkerMirroredStrategy` would start, with our
+    heartbeat timeout (the strategy only configures one when none is configured)."""
+    if not heartbeat_timeout > 0:
+        raise ValueError("Expected a positive number of seconds. Received: "
+                         f"heartbeat_timeout={heartbeat_timeout!r}")
+    from tensorflow.python.eager import context  # no public setter for the timeout
+    from tensorflow.tsl.protobuf import coordination_config_pb2
+    jobs = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec().as_dict()
+    if context.context().coordination_service is not None or not jobs:
+        return
+    coordinated = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=len(jobs[job]))
+                   for job in ("chief", "worker") if job in jobs]
+    leader = "chief" if "chief" in jobs else "worker"
+    context.context().configure_coordination_service(
+        service_type="standalone", service_leader=f"/job:{leader}/replica:0/task:0",
+        coordinated_jobs=coordinated, heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000))
 
 
 def num_replicas(strategy=None):

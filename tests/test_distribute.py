@@ -97,6 +97,8 @@ def test_make_strategy_names_and_defaults():
     assert distribute.num_replicas() == 1 and distribute.is_chief()
     with pytest.raises(ValueError, match="strategy='gpu'"):
         distribute.make_strategy("gpu")
+    with pytest.raises(ValueError, match="heartbeat_timeout=0"):
+        distribute.make_strategy("multi_worker", heartbeat_timeout=0)
     with pytest.raises(ValueError, match="num_workers=0"):
         distribute.localhost_cluster(0)
     configs = [json.loads(c) for c in distribute.localhost_cluster(2)]
