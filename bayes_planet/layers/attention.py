@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import estimators, initializers, regularizers
-from bayes_planet.layers.base import BayesianLayer, moments, split_seed, standard_normal
+from bayes_planet.layers.base import BayesianLayer, sample_weight, split_seed
 
 __all__ = [
     "EinsumDenseFlipout",
@@ -126,10 +126,7 @@ class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
         kernel_seed, bias_seed = split_seed(self._next_seed(), 2)
         out = self._project(x, kernel_seed)
         if self.bias is not None:
-            loc, scale = moments(self.bias, out.dtype)
-            if scale is not None:
-                loc = loc + scale * standard_normal(tf.shape(loc), bias_seed, dtype=loc.dtype)
-            out += loc
+            out += sample_weight(self.bias, bias_seed, out.dtype)
         return self.activation(out) if self.activation is not None else out
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "moments",
     "multi_replica_context",
     "per_example",
+    "sample_weight",
     "split_seed",
     "standard_normal",
 ]
@@ -50,6 +51,18 @@ def moments(weight, dtype):
         loc, scale = weight.loc(), weight.scale()
         return tf.cast(loc, dtype), None if scale is None else tf.cast(scale, dtype)
     return tf.cast(weight, dtype), None
+
+
+def sample_weight(weight, seed, dtype, num_samples=1):
+    """``loc + scale * eps`` of a layer weight in ``dtype`` (``loc`` if deterministic).
+
+    One draw of the weight's shape, or ``num_samples`` stacked on a leading axis.
+    """
+    loc, scale = moments(weight, dtype)
+    if scale is None:
+        return loc
+    shape = tf.shape(loc) if num_samples == 1 else [num_samples, *loc.shape]
+    return loc + scale * standard_normal(shape, seed, dtype=dtype)
 
 
 class BayesianLayer:

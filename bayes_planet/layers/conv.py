@@ -14,9 +14,8 @@ from bayes_planet.layers import estimators, initializers, regularizers
 from bayes_planet.layers.base import (
     BayesianLayer,
     check_positive_int,
-    moments,
+    sample_weight,
     split_seed,
-    standard_normal,
 )
 
 __all__ = [
@@ -65,12 +64,9 @@ class _BayesianConv(BayesianLayer):
         channel_axis = 1 if self._channels_first else -1
         out = self._estimator(self.convolution_op, x, self.kernel, kernel_seed, channel_axis)
         if self.use_bias:
-            loc, scale = moments(self.bias, out.dtype)
-            if scale is not None:
-                loc = loc + scale * standard_normal(tf.shape(loc), bias_seed, loc.dtype)
             shape = [1] * out.shape.rank
             shape[channel_axis] = self.filters
-            out = out + tf.reshape(loc, shape)
+            out = out + tf.reshape(sample_weight(self.bias, bias_seed, out.dtype), shape)
         return self.activation(out) if self.activation is not None else out
 
 

@@ -18,8 +18,8 @@ from bayes_planet.layers.base import (
     BayesianLayer,
     check_positive_int,
     moments,
+    sample_weight,
     split_seed,
-    standard_normal,
 )
 from bayes_planet.layers.random_variable import RandomVariable
 from bayes_planet.layers.regularizers import log_alpha_from_moments
@@ -75,11 +75,7 @@ class _BayesianDense(BayesianLayer, keras.layers.Dense):
         kernel_seed, bias_seed = split_seed(self._next_seed(), 2)
         out = self._matmul(x2, kernel_seed, training)
         if self.use_bias:
-            loc, scale = moments(self.bias, self.compute_dtype)
-            if scale is not None:
-                eps = standard_normal(tf.shape(loc), bias_seed, dtype=loc.dtype)
-                loc = loc + scale * eps
-            out = tf.nn.bias_add(out, loc)
+            out = tf.nn.bias_add(out, sample_weight(self.bias, bias_seed, self.compute_dtype))
         if x.shape.rank != 2:
             out = tf.reshape(out, tf.concat([batch_shape, [self.units]], 0))
             out.set_shape(x.shape[:-1].concatenate([self.units]))

@@ -9,7 +9,13 @@ seed. A deterministic weight (``scale is None``) reduces every estimator to
 
 import tensorflow as tf
 
-from bayes_planet.layers.base import moments, per_example, split_seed, standard_normal
+from bayes_planet.layers.base import (
+    moments,
+    per_example,
+    sample_weight,
+    split_seed,
+    standard_normal,
+)
 
 __all__ = ["flipout", "local_reparameterization", "rademacher", "reparameterization"]
 
@@ -28,11 +34,7 @@ def rademacher(shape, seed, dtype):
 def reparameterization(op, x, weight, seed, channel_axis=-1):
     """``op(x, loc + scale * eps)``: one weight sample shared by the batch."""
     del channel_axis
-    loc, scale = moments(weight, x.dtype)
-    if scale is None:
-        return op(x, loc)
-    eps = standard_normal(tf.shape(loc), seed, dtype=loc.dtype)
-    return op(x, loc + scale * eps)
+    return op(x, sample_weight(weight, seed, x.dtype))
 
 
 def _sign_shape(t, channel_axis):

@@ -43,6 +43,7 @@ from bayes_planet.layers.base import (
     BayesianLayer,
     check_positive_int,
     moments,
+    sample_weight,
     split_seed,
     standard_normal,
 )
@@ -131,15 +132,6 @@ def _add_bias(z, bias):
     if bias.shape.rank == 1:
         return tf.nn.bias_add(z, bias)
     return _grouped(lambda a, b: a + b[:, None, :], z, bias)
-
-
-def _draw_value(weight, seed, num_samples, dtype):
-    """``loc + scale * eps`` in ``dtype``, drawn as `estimators.reparameterization` does."""
-    loc, scale = moments(weight, dtype)
-    if scale is None:
-        return loc
-    shape = tf.shape(loc) if num_samples == 1 else [num_samples, *loc.shape]
-    return loc + scale * standard_normal(shape, seed, dtype=dtype)
 
 
 class _BayesianCell(BayesianLayer):
@@ -254,7 +246,7 @@ class _BayesianCell(BayesianLayer):
         for name, wseed in zip(self._weight_names, weight_seeds, strict=True):
             weight = getattr(self, name)
             if not self._flipout:
-                weights[name] = {"value": _draw_value(weight, wseed, num_samples, dtype)}
+                weights[name] = {"value": sample_weight(weight, wseed, dtype, num_samples)}
                 continue
             # Same seed split and draws as `estimators.flipout`.
             eps_seed, in_seed, out_seed = split_seed(wseed, 3)
@@ -267,7 +259,7 @@ class _BayesianCell(BayesianLayer):
                              "out_seed": out_seed}
         bias = None
         if self.use_bias:
-            bias = _draw_value(self.bias, bias_seed, num_samples, dtype)
+            bias = sample_weight(self.bias, bias_seed, dtype, num_samples)
         sample = _Sample(weights, bias, num_samples, getattr(self, "_fixed_seed", None))
         if batch_size is not None:
             self._draw_signs(sample, batch_size)
