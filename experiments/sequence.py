@@ -94,6 +94,21 @@ def lstm_data(cfg, num, rng):
     return x.astype("float32"), labels.astype("int32")
 
 
+def _fit_and_predict(train_step, predict, train, x_test, cfg, rng, samples):
+    """``cfg['epochs']`` epochs of ``train_step`` on shuffled minibatches, then the MC
+    predictive (mean of ``samples`` calls of ``predict``) on ``x_test``.
+
+    Returns ``(probs, last train NLL, last KL term, seconds of training + prediction)``.
+    """
+    x_train, y_train = train
+    start = time.perf_counter()
+    for _ in range(cfg["epochs"]):
+        for idx in _batches(len(x_train), cfg["batch_size"], rng):
+            nll, kl = train_step(x_train[idx], y_train[idx])
+    probs = np.mean([predict(x_test) for _ in range(samples)], axis=0)
+    return probs, float(nll), float(kl), time.perf_counter() - start
+
+
 def run_lstm(cfg, seed):
     import tensorflow as tf
 
@@ -135,15 +150,12 @@ def run_lstm(cfg, seed):
             return nll, kl
 
         predict = tf.function(lambda f, logits_fn=logits_fn: tf.nn.softmax(logits_fn(f)))
-        start = time.perf_counter()
-        for _ in range(cfg["epochs"]):
-            for idx in _batches(len(x_train), cfg["batch_size"], rng):
-                nll, kl = train_step(x_train[idx], y_train[idx])
-        samples = 1 if estimator == "deterministic" else cfg["num_predictive_samples"]
-        probs = np.mean([predict(x_test) for _ in range(samples)], axis=0)
+        probs, nll, kl, seconds = _fit_and_predict(
+            train_step, predict, (x_train, y_train), x_test, cfg, rng,
+            1 if estimator == "deterministic" else cfg["num_predictive_samples"])
         results[estimator] = {**calibration(probs, y_test, cfg["ece_bins"]),
-                              "final_train_nll": float(nll), "final_kl_per_example": float(kl),
-                              "train_seconds": time.perf_counter() - start}
+                              "final_train_nll": nll, "final_kl_per_example": kl,
+                              "train_seconds": seconds}
     return results
 
 
@@ -202,18 +214,14 @@ def run_transformer(cfg, seed):
             return nll, kl
 
         predict = tf.function(lambda t, model=model: tf.nn.softmax(model(t)))
-        start = time.perf_counter()
-        for _ in range(cfg["epochs"]):
-            for idx in _batches(len(x_train), cfg["batch_size"], rng):
-                nll, kl = train_step(x_train[idx], y_train[idx])
-        samples = 1 if name == "deterministic" else cfg["num_predictive_samples"]
-        probs = np.mean([predict(x_test) for _ in range(samples)], axis=0)
+        probs, nll, kl, seconds = _fit_and_predict(
+            train_step, predict, (x_train, y_train), x_test, cfg, rng,
+            1 if name == "deterministic" else cfg["num_predictive_samples"])
         flat = probs.reshape(-1, cfg["vocab"])
         metrics = calibration(flat, y_test.reshape(-1), cfg["ece_bins"])
         metrics["clean_accuracy"] = float((flat.argmax(-1) == clean_test.reshape(-1)).mean())
-        results[name] = {**metrics, "final_train_nll": float(nll),
-                         "final_kl_per_token": float(kl),
-                         "train_seconds": time.perf_counter() - start}
+        results[name] = {**metrics, "final_train_nll": nll, "final_kl_per_token": kl,
+                         "train_seconds": seconds}
     return results
 
 

@@ -1,21 +1,13 @@
 """Experiment scripts: calibration.py and agents.py (metrics, presets, debug runs end to end)."""
 
-import importlib.util
 import json
 import math
-import pathlib
 
+import _experiments  # tests/_experiments.py
 import numpy as np
 import pytest
 
-_EXPERIMENTS = pathlib.Path(__file__).resolve().parents[1] / "experiments"
-
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(f"{name}_experiment", _EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+_load = _experiments.load
 
 
 @pytest.fixture(scope="module")

@@ -1,21 +1,15 @@
 """The generative examples (experiments/generative.py) run end to end at debug size."""
 
-import importlib.util
 import json
 import math
-import pathlib
 
+import _experiments  # tests/_experiments.py
 import pytest
-
-_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "generative.py"
 
 
 @pytest.fixture(scope="module")
 def generative():
-    spec = importlib.util.spec_from_file_location("generative_experiment", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _experiments.load("generative")
 
 
 def _run(generative, tmp_path, preset, *overrides):

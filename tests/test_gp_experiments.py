@@ -1,29 +1,18 @@
 """The GP examples (experiments/gp.py) run end to end at debug size and beat baselines."""
 
-import importlib.util
-import json
 import math
-import pathlib
 
+import _experiments  # tests/_experiments.py
 import pytest
-
-_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "gp.py"
 
 
 @pytest.fixture(scope="module")
 def gp():
-    spec = importlib.util.spec_from_file_location("gp_experiment", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _experiments.load("gp")
 
 
 def _run(gp, tmp_path, preset):
-    results = gp.main(["--preset", preset, "debug", "--out", str(tmp_path)])
-    on_disk = json.loads((tmp_path / "results.json").read_text())
-    assert on_disk == json.loads(json.dumps(results))
-    assert on_disk["example"] == preset and (tmp_path / "config.yaml").exists()
-    return on_disk
+    return _experiments.run_example(gp, tmp_path, preset)
 
 
 def test_config_presets_merge_in_order_and_overrides_apply(gp):

@@ -1,10 +1,9 @@
 """Tests for bayes_planet.planners: CEM, random shooting, uncertainty-aware scores, and the
 true-simulator experiment's simulator and debug run."""
 
-import importlib.util
 import json
-import pathlib
 
+import _experiments  # tests/_experiments.py
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,7 +15,6 @@ from bayes_planet.planners import (
 )
 
 H, A = 12, 2  # PlaNet's horizon; a 2-D action.
-EXPERIMENT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "true_simulator_cem.py"
 
 
 def quadratic(target):
@@ -238,10 +236,7 @@ def test_beta_steers_cem_toward_or_away_from_uncertain_branch(beta, expected):
 
 # ---------------------------------------------------------------- true-simulator experiment
 def _load_experiment():
-    spec = importlib.util.spec_from_file_location("true_simulator_cem", EXPERIMENT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _experiments.load("true_simulator_cem")
 
 
 def test_true_simulator_rollout_matches_dm_control_steps():

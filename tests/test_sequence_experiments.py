@@ -1,30 +1,19 @@
 """The sequence examples (experiments/sequence.py) run end to end at debug size."""
 
-import importlib.util
-import json
 import math
-import pathlib
 
+import _experiments  # tests/_experiments.py
 import numpy as np
 import pytest
-
-_SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "sequence.py"
 
 
 @pytest.fixture(scope="module")
 def seq():
-    spec = importlib.util.spec_from_file_location("sequence_experiment", _SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _experiments.load("sequence")
 
 
 def _run(seq, tmp_path, preset):
-    results = seq.main(["--preset", preset, "debug", "--out", str(tmp_path)])
-    on_disk = json.loads((tmp_path / "results.json").read_text())
-    assert on_disk == json.loads(json.dumps(results))
-    assert on_disk["example"] == preset and (tmp_path / "config.yaml").exists()
-    return on_disk
+    return _experiments.run_example(seq, tmp_path, preset)
 
 
 def test_config_presets_merge_in_order_and_overrides_apply(seq):
