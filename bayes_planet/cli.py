@@ -68,7 +68,7 @@ def _probe(args):
     probes.run_probe(args.logdir, episodes=args.episodes, out=args.out,
                      train_episodes=args.train_episodes, train_source=args.train_source,
                      test_episodes=args.test_episodes, context=args.context, horizons=horizons,
-                     latent=args.latent, seed=args.seed)
+                     latent=args.latent, weights=args.weights, seed=args.seed)
 
 
 def _positive_int(text):
@@ -109,6 +109,8 @@ def build_parser():
     probe.add_argument("--context", type=_positive_int, default=5)
     probe.add_argument("--horizons", default="1,5,10,20", help="open-loop horizons")
     probe.add_argument("--latent", choices=("mean", "sample"), default="mean")
+    probe.add_argument("--weights", choices=("per_episode", "shared"), default="per_episode",
+                       help="a Bayesian model's weight sample: one per episode, or one shared")
     probe.add_argument("--seed", type=int, default=0)
     probe.set_defaults(func=_probe)
     demo = sub.add_parser("demo", help="drop-in Bayesian CNN on scikit-learn's digits")

@@ -21,7 +21,12 @@ that a Bayesian world model's latent codes carry more information about velociti
   decoder sees). Open loop, as `WorldModel.open_loop`: windows starting at every ``stride``-th
   step observe ``context`` frames from the zero state, then roll the prior forward with the
   episode's actions; the feature at horizon ``h`` is the prior state predicting observation
-  ``start + context + h - 1``. One weight sample of a Bayesian model per call.
+  ``start + context + h - 1``.
+* **Weights** of a Bayesian model: ``weights='per_episode'`` (default) encodes each episode
+  with its own weight sample (and, open loop, filters and imagines with two samples, as
+  `WorldModel.open_loop`), so the probe must generalize across model samples;
+  ``weights='shared'`` encodes every episode, train and test, closed and open loop, with
+  one weight sample: the probe reads the latent of one fixed model.
 * **Targets.** ``qpos`` (positions: joint angles are raw, unwrapped) and ``qvel``
   (velocities) from ``physics``, named by joint; for state observations also the task's
   observation components (e.g. cartpole's ``position`` = cart x, cos θ, sin θ and
@@ -51,6 +56,8 @@ __all__ = [
 ]
 
 GROUPS = ("position", "velocity", "task")
+WEIGHTS = ("per_episode", "shared")
+_SHARED_WEIGHT_SEED = 7_919  # Second half of the shared weight sample's seed (seed, this).
 
 
 # ---------------------------------------------------------------- probes (numpy / sklearn)
@@ -128,23 +135,34 @@ def _seed(seed):
     return tf.constant(np.asarray(seed, np.int64) % (2**31 - 1), tf.int32)
 
 
-def encode_closed_loop(model, episode, seed=(0, 0), latent="mean"):
-    """Posterior features ``[T+1, stoch + deter]`` of an episode filtered from its start."""
+def _optional_seed(seed):
+    return None if seed is None else _seed(seed)
+
+
+def encode_closed_loop(model, episode, seed=(0, 0), latent="mean", weight_seed=None):
+    """Posterior features ``[T+1, stoch + deter]`` of an episode filtered from its start.
+
+    ``weight_seed`` (``[2]``) fixes the weight sample (default: drawn from ``seed``).
+    """
     import tensorflow as tf
 
     obs = model.observation(tf.convert_to_tensor(episode["obs"][None]))
     action = tf.convert_to_tensor(episode["action"][None], tf.float32)
-    post, _ = model.rssm.observe(model.encoder(obs), action, _seed(seed))
+    post, _ = model.rssm.observe(model.encoder(obs), action, _seed(seed),
+                                 weight_seed=_optional_seed(weight_seed))
     return _features(post, latent)[0].numpy()
 
 
-def encode_open_loop(model, episode, context, horizons, seed=(0, 0), latent="mean", stride=1):
+def encode_open_loop(model, episode, context, horizons, seed=(0, 0), latent="mean", stride=1,
+                     weight_seed=None):
     """Prior features after ``context`` observed steps, at each horizon.
 
     Mirrors `WorldModel.open_loop`: the seed is split into the observation and imagination
     seeds and each window starts from the zero state. Windows start at every ``stride``-th
     step; a horizon keeps the windows whose target lies inside the episode (the prior is
     causal: zero actions padded after the episode end only affect discarded steps).
+    ``weight_seed`` (``[2]``) fixes one weight sample for filtering and imagination
+    (default: one sample each, drawn from ``seed``).
 
     Returns:
       ``(features, index)``: dicts ``{h: [W_h, F]}`` (None if no window fits) and
@@ -168,9 +186,11 @@ def encode_open_loop(model, episode, context, horizons, seed=(0, 0), latent="mea
     obs = model.observation(tf.convert_to_tensor(episode["obs"][steps[:, :context]]))
     action = tf.convert_to_tensor(actions[steps])
     seed_a, seed_b = tf.unstack(tf.random.experimental.stateless_split(_seed(seed), 2))
-    post, _ = model.rssm.observe(model.encoder(obs), action[:, :context], seed_a)
+    weight_seed = _optional_seed(weight_seed)
+    post, _ = model.rssm.observe(model.encoder(obs), action[:, :context], seed_a,
+                                 weight_seed=weight_seed)
     last = {k: v[:, -1] for k, v in post.items()}
-    prior = model.rssm.imagine(action[:, context:], last, seed_b)
+    prior = model.rssm.imagine(action[:, context:], last, seed_b, weight_seed=weight_seed)
     feats = _features(prior, latent).numpy()
     features, index = {}, {}
     for h in horizons:
@@ -253,7 +273,8 @@ def _collect(trainer, py_env, count, stream):
     return episodes
 
 
-def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent, seed):
+def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent, seed,
+           weight_seed=None):
     """Closed- and open-loop features with their targets over a list of episodes."""
     closed_x, closed_y = [], []
     open_x = {h: [] for h in horizons}
@@ -263,10 +284,10 @@ def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent,
             raise ValueError("Expected episodes with the true 'physics' state. Received keys "
                              f"{sorted(episode)}")
         targets = _targets(episode, nq, nv, with_obs)
-        closed_x.append(encode_closed_loop(model, episode, (seed, 2 * i), latent))
+        closed_x.append(encode_closed_loop(model, episode, (seed, 2 * i), latent, weight_seed))
         closed_y.append(targets)
         feats, index = encode_open_loop(model, episode, context, horizons, (seed, 2 * i + 1),
-                                        latent, stride)
+                                        latent, stride, weight_seed)
         for h in horizons:
             if feats[h] is not None:
                 open_x[h].append(feats[h])
@@ -279,7 +300,7 @@ def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent,
 # ---------------------------------------------------------------- the command
 def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="replay",
               test_episodes=None, context=5, horizons=(1, 5, 10, 20), stride=1, latent="mean",
-              mlp_hidden=(64,), alpha=1.0, seed=0, verbose=True):
+              weights="per_episode", mlp_hidden=(64,), alpha=1.0, seed=0, verbose=True):
     """Probes a trained run; writes ``probe.json`` and ``probe_velocity.png``; returns the report.
 
     Args:
@@ -294,6 +315,7 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
         filled with the collected ones if it does not exist or is empty.
       context, horizons, stride: open-loop windows (see `encode_open_loop`).
       latent: ``'mean'`` or ``'sample'`` for ``z``.
+      weights: ``'per_episode'`` or ``'shared'`` weight samples (see the module docstring).
       mlp_hidden, alpha, seed: probe settings (see `fit_probes`).
     """
     from bayes_planet import config as config_lib
@@ -303,6 +325,8 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     out = pathlib.Path(out) if out else logdir / "probe"
     if train_source not in ("replay", "fresh"):
         raise ValueError(f"Expected train_source 'replay' or 'fresh'. Received: {train_source!r}")
+    if weights not in WEIGHTS:
+        raise ValueError(f"Expected weights in {WEIGHTS}. Received: weights={weights!r}")
     if int(episodes) < 1:
         raise ValueError(f"Expected a positive integer. Received: episodes={episodes}")
     horizons = sorted({int(h) for h in horizons})
@@ -346,8 +370,10 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
         f"({test_from}); encoding")
 
     args = (nq, nv, with_obs, context, horizons, stride, latent)
-    (cx, cy), open_train = _stack(trainer.model, train, *args, seed=seed)
-    (tx, ty), open_test = _stack(trainer.model, test, *args, seed=seed + 1)
+    weight_seed = (seed, _SHARED_WEIGHT_SEED) if weights == "shared" else None
+    (cx, cy), open_train = _stack(trainer.model, train, *args, seed=seed, weight_seed=weight_seed)
+    (tx, ty), open_test = _stack(trainer.model, test, *args, seed=seed + 1,
+                                 weight_seed=weight_seed)
     fit = dict(names=names, groups=groups, mlp_hidden=mlp_hidden, alpha=alpha, seed=seed)
     closed, closed_probes = fit_probes(cx, cy, tx, ty, **fit)
     report = {
@@ -356,7 +382,7 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
         "updates": int(trainer.updates.numpy()),
         "train_source": train_source, "train_episodes": len(train), "train_samples": len(cx),
         "test_source": test_from, "test_episodes": len(test), "test_samples": len(tx),
-        "latent": latent, "context": context, "horizons": horizons, "stride": stride,
+        "latent": latent, "weights": weights, "context": context, "horizons": horizons, "stride": stride,
         "quantities": groups, "closed_loop": closed, "open_loop": {},
     }
     open_probes = {}
@@ -369,7 +395,7 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     out.mkdir(parents=True, exist_ok=True)
     (out / "probe.json").write_text(json.dumps(report, indent=1))
     _plot_velocity(trainer.model, test[0], names, groups, closed_probes, open_probes,
-                   (nq, nv, with_obs, context, latent, seed), out / "probe_velocity.png")
+                   (nq, nv, with_obs, context, latent, seed, weight_seed), out / "probe_velocity.png")
     say(summary(report))
     return report
 
@@ -396,9 +422,9 @@ def _plot_velocity(model, episode, names, groups, closed_probes, open_probes, se
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    nq, nv, with_obs, context, latent, seed = settings
+    nq, nv, with_obs, context, latent, seed, weight_seed = settings
     truth = _targets(episode, nq, nv, with_obs)
-    feats = encode_closed_loop(model, episode, (seed + 2, 0), latent)
+    feats = encode_closed_loop(model, episode, (seed + 2, 0), latent, weight_seed)
     columns = [i for i, n in enumerate(names) if groups[n] == "velocity"]
     horizon = sorted(open_probes)[len(open_probes) // 2] if open_probes else None
     fig, axes = plt.subplots(len(columns), 1, figsize=(9, 2.4 * len(columns)), squeeze=False,
@@ -411,7 +437,8 @@ def _plot_velocity(model, episode, names, groups, closed_probes, open_probes, se
             ax.plot(steps, pred, style, lw=1, label=f"{key} (closed loop)")
         if horizon is not None:
             open_feats, index = encode_open_loop(model, episode, context, [horizon],
-                                                 (seed + 2, 1), latent)
+                                                 (seed + 2, 1), latent,
+                                                 weight_seed=weight_seed)
             if open_feats[horizon] is not None:
                 pred = open_probes[horizon]["ridge"].predict(open_feats[horizon])
                 ax.plot(index[horizon], pred.reshape(len(index[horizon]), -1)[:, col], "C2:",

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from bayes_planet import config as config_lib
-from bayes_planet.probes import encode_closed_loop, encode_open_loop, fit_probes
+from bayes_planet.probes import encode_closed_loop, encode_open_loop, fit_probes, run_probe
 from bayes_planet.world_model import WorldModel
 
 NAMES = ["v0", "v1", "p0", "p1"]
@@ -91,6 +91,17 @@ def test_open_loop_windows_stay_inside_the_episode(model):
     assert encode_closed_loop(model, episode).shape == (12, 20)
 
 
+def test_a_shared_weight_seed_encodes_with_one_model_sample(model):
+    episode = _episode(12)
+    encode = lambda w: encode_open_loop(model, episode, 5, [1, 3], seed=(3, 4),  # noqa: E731
+                                        weight_seed=w)[0][3]
+    np.testing.assert_array_equal(encode((1, 2)), encode((1, 2)))
+    assert not np.allclose(encode((1, 2)), encode((1, 3)))  # Another model sample.
+    closed = lambda w: encode_closed_loop(model, episode, (3, 4), weight_seed=w)  # noqa: E731
+    np.testing.assert_array_equal(closed((1, 2)), closed((1, 2)))
+    assert not np.allclose(closed((1, 2)), closed((1, 3)))
+
+
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     """A debug-size run (3 episodes, 3 updates) with physics in its replay."""
@@ -127,6 +138,13 @@ def test_probe_command_writes_report_and_plot(trained_run, tmp_path):
     second = json.loads((again / "probe.json").read_text())
     assert second["test_source"] == str(shared)
     assert second["test_samples"] == report["test_samples"]
+    assert second["weights"] == "per_episode"
+    shared_weights = tmp_path / "shared_weights"
+    assert cli.main(["probe", "--logdir", str(trained_run), "--out", str(shared_weights),
+                     "--horizons", "1", "--test-episodes", str(shared), "--weights", "shared"]) == 0
+    assert json.loads((shared_weights / "probe.json").read_text())["weights"] == "shared"
+    with pytest.raises(ValueError, match="weights='all'"):
+        run_probe(trained_run, weights="all")
 
 
 def test_probe_command_reports_a_missing_run(tmp_path, capsys):

@@ -81,6 +81,31 @@ def test_weight_sample_is_fixed_within_a_rollout_and_differs_across_seeds():
     assert not np.allclose(a, c)
 
 
+def test_explicit_weight_seed_picks_the_weight_sample_independently_of_the_step_seed():
+    rssm = RSSM(deter=8, stoch=3, hidden=8, estimator="reparameterization")
+    embed, action = tf.random.normal([2, 4, 5]), tf.random.normal([2, 4, 2])
+    rssm.observe(embed, action, tf.constant([0, 0]))
+    state = rssm.initial(2)
+    # The first prior step from the zero state depends on the weights, not the latent noise.
+    first = lambda seed, w=None: rssm.imagine(action, state, tf.constant(seed),  # noqa: E731
+                                             weight_seed=w)["mean"][:, 0].numpy()
+    w = tf.constant([5, 6])
+    np.testing.assert_array_equal(first([1, 1], w), first([2, 2], w))  # Same model sample.
+    assert not np.allclose(first([1, 1], w), first([1, 1], tf.constant([5, 7])))
+    default_weight_seed = tf.random.experimental.stateless_split(tf.constant([1, 1]), 2)[0]
+    np.testing.assert_array_equal(first([1, 1]), first([1, 1], default_weight_seed))
+    # The latent noise still follows the step seed.
+    a = rssm.imagine(action, state, tf.constant([1, 1]), weight_seed=w)["stoch"].numpy()
+    b = rssm.imagine(action, state, tf.constant([2, 2]), weight_seed=w)["stoch"].numpy()
+    assert not np.allclose(a, b)
+    # observe() takes the same argument.
+    p1, _ = rssm.observe(embed, action, tf.constant([1, 1]), weight_seed=w)
+    p2, _ = rssm.observe(embed, action, tf.constant([2, 2]), weight_seed=w)
+    p3, _ = rssm.observe(embed, action, tf.constant([1, 1]), weight_seed=[5, 7])
+    np.testing.assert_array_equal(p1["deter"][:, 0], p2["deter"][:, 0])
+    assert not np.allclose(p1["deter"][:, 0], p3["deter"][:, 0])
+
+
 def _synthetic_batch(obs_shape, batch=4, length=8, seed=0):
     rng = np.random.default_rng(seed)
     obs = rng.normal(size=(batch, length) + obs_shape).astype(np.float32)
