@@ -109,8 +109,10 @@ def build_parser():
     probe.add_argument("--context", type=_positive_int, default=5)
     probe.add_argument("--horizons", default="1,5,10,20", help="open-loop horizons")
     probe.add_argument("--latent", choices=("mean", "sample"), default="mean")
-    probe.add_argument("--weights", choices=("per_episode", "shared"), default="per_episode",
-                       help="a Bayesian model's weight sample: one per episode, or one shared")
+    probe.add_argument("--weights", choices=("per_episode", "shared", "mean"),
+                       default="per_episode",
+                       help="a Bayesian model's weights: a sample per episode, one shared "
+                            "sample, or the posterior mean")
     probe.add_argument("--seed", type=int, default=0)
     probe.set_defaults(func=_probe)
     demo = sub.add_parser("demo", help="drop-in Bayesian CNN on scikit-learn's digits")

@@ -26,7 +26,8 @@ that a Bayesian world model's latent codes carry more information about velociti
   with its own weight sample (and, open loop, filters and imagines with two samples, as
   `WorldModel.open_loop`), so the probe must generalize across model samples;
   ``weights='shared'`` encodes every episode, train and test, closed and open loop, with
-  one weight sample: the probe reads the latent of one fixed model.
+  one weight sample: the probe reads the latent of one fixed model; ``weights='mean'``
+  uses the posterior-mean weights (`bayes_planet.layers.posterior_mean`): no weight noise.
 * **Targets.** ``qpos`` (positions: joint angles are raw, unwrapped) and ``qvel``
   (velocities) from ``physics``, named by joint; for state observations also the task's
   observation components (e.g. cartpole's ``position`` = cart x, cos θ, sin θ and
@@ -40,6 +41,7 @@ Writes ``probe.json`` and ``probe_velocity.png`` (true vs predicted velocities o
 episode) into ``<logdir>/probe/`` (or ``out``).
 """
 
+import contextlib
 import json
 import pathlib
 import warnings
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 GROUPS = ("position", "velocity", "task")
-WEIGHTS = ("per_episode", "shared")
+WEIGHTS = ("per_episode", "shared", "mean")
 _SHARED_WEIGHT_SEED = 7_919  # Second half of the shared weight sample's seed (seed, this).
 
 
@@ -315,10 +317,12 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
         filled with the collected ones if it does not exist or is empty.
       context, horizons, stride: open-loop windows (see `encode_open_loop`).
       latent: ``'mean'`` or ``'sample'`` for ``z``.
-      weights: ``'per_episode'`` or ``'shared'`` weight samples (see the module docstring).
+      weights: ``'per_episode'``/``'shared'`` weight samples or the posterior ``'mean'``
+        (see the module docstring).
       mlp_hidden, alpha, seed: probe settings (see `fit_probes`).
     """
     from bayes_planet import config as config_lib
+    from bayes_planet.layers import posterior_mean
     from bayes_planet.training import Trainer
 
     logdir = pathlib.Path(logdir)
@@ -371,9 +375,12 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
 
     args = (nq, nv, with_obs, context, horizons, stride, latent)
     weight_seed = (seed, _SHARED_WEIGHT_SEED) if weights == "shared" else None
-    (cx, cy), open_train = _stack(trainer.model, train, *args, seed=seed, weight_seed=weight_seed)
-    (tx, ty), open_test = _stack(trainer.model, test, *args, seed=seed + 1,
-                                 weight_seed=weight_seed)
+    mode = posterior_mean(trainer.model) if weights == "mean" else contextlib.nullcontext()
+    with mode:
+        (cx, cy), open_train = _stack(trainer.model, train, *args, seed=seed,
+                                      weight_seed=weight_seed)
+        (tx, ty), open_test = _stack(trainer.model, test, *args, seed=seed + 1,
+                                     weight_seed=weight_seed)
     fit = dict(names=names, groups=groups, mlp_hidden=mlp_hidden, alpha=alpha, seed=seed)
     closed, closed_probes = fit_probes(cx, cy, tx, ty, **fit)
     report = {
@@ -394,8 +401,10 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
         report["open_loop"][str(h)], open_probes[h] = fit_probes(ax, ay, bx, by, **fit)
     out.mkdir(parents=True, exist_ok=True)
     (out / "probe.json").write_text(json.dumps(report, indent=1))
-    _plot_velocity(trainer.model, test[0], names, groups, closed_probes, open_probes,
-                   (nq, nv, with_obs, context, latent, seed, weight_seed), out / "probe_velocity.png")
+    with posterior_mean(trainer.model) if weights == "mean" else contextlib.nullcontext():
+        _plot_velocity(trainer.model, test[0], names, groups, closed_probes, open_probes,
+                       (nq, nv, with_obs, context, latent, seed, weight_seed),
+                       out / "probe_velocity.png")
     say(summary(report))
     return report
 

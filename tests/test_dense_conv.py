@@ -265,6 +265,42 @@ def test_drop_in_cnn_trains_on_digits_with_model_fit():
     assert accuracies["Conv2DFlipout"] >= 0.90, accuracies
 
 
+@pytest.mark.parametrize("cls", DENSE + CONV2D, ids=lambda c: c.__name__)
+def test_posterior_mean_is_the_keras_twin_with_the_mean_weights(cls):
+    from bayes_planet.layers.base import moments
+
+    conv = cls in CONV2D
+    layer = cls(3, 2, padding="same", seed=0) if conv else cls(5, activation="relu", seed=0)
+    twin = (keras.layers.Conv2D(3, 2, padding="same") if conv
+            else keras.layers.Dense(5, activation="relu"))
+    x = tf.random.stateless_normal([4, 6, 6, 2] if conv else [4, 7], [1, 2])
+    layer(x)
+    twin(x)
+    # Move the means away from their initialization so the check is not trivial.
+    layer.kernel.mean.assign(tf.random.stateless_normal(layer.kernel.mean.shape, [3, 4]))
+    twin.set_weights([layer.kernel.loc().numpy(), moments(layer.bias, tf.float32)[0].numpy()])
+    with bl.posterior_mean(layer) as weights:
+        assert layer.kernel in weights
+        outs = [layer(x, training=True).numpy() for _ in range(2)]
+        inference = layer(x, training=False).numpy()
+    for out in outs + [inference]:
+        np.testing.assert_allclose(out, twin(x).numpy(), atol=1e-5)
+    assert not np.allclose(layer(x, training=True).numpy(), outs[0])  # noisy again after
+    assert len(layer.losses) == 1 and layer.losses[0].numpy() > 0  # the KL is unchanged
+
+
+def test_posterior_mean_reaches_nested_layers_and_restores_the_outer_block():
+    model = keras.Sequential([keras.Input((4,)), bl.DenseReparameterization(8, seed=0),
+                              bl.DenseFlipout(3, seed=1)])
+    x = tf.ones([2, 4])
+    with bl.posterior_mean(model) as weights:
+        assert len(weights) == 2  # the two kernels (the biases are deterministic)
+        with bl.posterior_mean(model.layers[1]):
+            pass
+        np.testing.assert_array_equal(model(x).numpy(), model(x).numpy())  # still the mean
+    assert not np.array_equal(model(x).numpy(), model(x).numpy())
+
+
 def test_fixed_noise_holds_one_weight_sample_per_block():
     model = keras.Sequential([keras.Input((4,)), bl.DenseReparameterization(8, seed=0),
                               bl.DenseFlipout(3, seed=1)])

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from bayes_planet import config as config_lib
+from bayes_planet.layers import posterior_mean
 from bayes_planet.probes import encode_closed_loop, encode_open_loop, fit_probes, run_probe
 from bayes_planet.world_model import WorldModel
 
@@ -100,6 +101,9 @@ def test_a_shared_weight_seed_encodes_with_one_model_sample(model):
     closed = lambda w: encode_closed_loop(model, episode, (3, 4), weight_seed=w)  # noqa: E731
     np.testing.assert_array_equal(closed((1, 2)), closed((1, 2)))
     assert not np.allclose(closed((1, 2)), closed((1, 3)))
+    with posterior_mean(model):  # The mean weights: the weight seed no longer matters.
+        np.testing.assert_array_equal(encode((1, 2)), encode((1, 3)))
+        np.testing.assert_array_equal(closed((1, 2)), closed((1, 3)))
 
 
 @pytest.fixture(scope="module")
@@ -143,6 +147,10 @@ def test_probe_command_writes_report_and_plot(trained_run, tmp_path):
     assert cli.main(["probe", "--logdir", str(trained_run), "--out", str(shared_weights),
                      "--horizons", "1", "--test-episodes", str(shared), "--weights", "shared"]) == 0
     assert json.loads((shared_weights / "probe.json").read_text())["weights"] == "shared"
+    mean_weights = tmp_path / "mean_weights"
+    assert cli.main(["probe", "--logdir", str(trained_run), "--out", str(mean_weights),
+                     "--horizons", "1", "--test-episodes", str(shared), "--weights", "mean"]) == 0
+    assert json.loads((mean_weights / "probe.json").read_text())["weights"] == "mean"
     with pytest.raises(ValueError, match="weights='all'"):
         run_probe(trained_run, weights="all")
 

@@ -489,3 +489,19 @@ def test_mirrored_strategy_two_logical_cpus():
     result = subprocess.run([sys.executable, "-c", STRATEGY_SCRIPT], capture_output=True,
                             text=True, timeout=600)
     assert "STRATEGY OK" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+@pytest.mark.parametrize("cls", CELLS)
+def test_posterior_mean_makes_a_cell_deterministic_and_equal_to_its_zero_variance_self(cls):
+    from bayes_planet.layers import posterior_mean
+
+    x = _seq()
+    cell = _wide(cls, seed=9)
+    rnn = keras.layers.RNN(cell, return_sequences=True)
+    with posterior_mean(cell):
+        means = [rnn(x).numpy() for _ in range(2)]
+    np.testing.assert_array_equal(means[0], means[1])
+    assert not np.allclose(rnn(x).numpy(), rnn(x).numpy())  # sampling again outside
+    for weight in (cell.kernel, cell.recurrent_kernel):
+        weight.raw_stddev.assign(tf.fill(weight.raw_stddev.shape, -1e4))  # exp(-1e4) == 0
+    np.testing.assert_allclose(rnn(x).numpy(), means[0], atol=1e-6)

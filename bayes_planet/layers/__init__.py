@@ -12,7 +12,7 @@ from bayes_planet.layers.attention import (
     MultiHeadAttentionFlipout,
     MultiHeadAttentionReparameterization,
 )
-from bayes_planet.layers.base import BayesianLayer, bayesian_layers, fixed_noise
+from bayes_planet.layers.base import BayesianLayer, bayesian_layers, fixed_noise, posterior_mean
 from bayes_planet.layers.constraints import Exp, Positive, Softplus
 from bayes_planet.layers.conv import (
     Conv1DFlipout,
@@ -165,6 +165,7 @@ __all__ = [
     "initializers",
     "intercept",
     "kernels",
+    "posterior_mean",
     "regularizers",
     "set_dataset_size",
     "tape",

@@ -32,6 +32,7 @@ __all__ = [
     "moments",
     "multi_replica_context",
     "per_example",
+    "posterior_mean",
     "sample_weight",
     "split_seed",
     "standard_normal",
@@ -46,9 +47,13 @@ def check_positive_int(name, value):
 
 
 def moments(weight, dtype):
-    """(loc, scale) of a layer weight cast to ``dtype``; scale is None if deterministic."""
+    """(loc, scale) of a layer weight cast to ``dtype``; scale is None if deterministic.
+
+    Inside `posterior_mean`, scale is None too: the weight acts as its mean.
+    """
     if isinstance(weight, DistributionInitializer):
-        loc, scale = weight.loc(), weight.scale()
+        loc = weight.loc()
+        scale = None if getattr(weight, "_use_posterior_mean", False) else weight.scale()
         return tf.cast(loc, dtype), None if scale is None else tf.cast(scale, dtype)
     return tf.cast(weight, dtype), None
 
@@ -177,6 +182,37 @@ def fixed_noise(module, seed):
     finally:
         for layer in layers:
             object.__setattr__(layer, "_fixed_seed", None)
+
+
+@contextlib.contextmanager
+def posterior_mean(module):
+    """Makes every Bayesian layer in ``module`` use its weights' means within the block.
+
+    Every distribution weight (``kernel``, ``bias``, recurrent kernels, ...) acts as a
+    point mass at its mean, so each estimator computes ``op(x, loc)`` exactly: the
+    network of posterior means, deterministic and noise-free. Variational dropout's
+    inference-time pruning needs the variance and is off in the block; DenseDVI still
+    propagates its inputs' variance. Losses (the KL terms) are unchanged. Like
+    `fixed_noise`, it is read when a call is traced: a ``tf.function`` traced inside
+    the block keeps the mean weights, so trace separate functions for both modes.
+
+    Args:
+      module: a layer, model or `tf.Module` containing Bayesian layers.
+
+    Yields:
+      The affected distribution weights (``DistributionInitializer`` layers).
+    """
+    candidates = [module] + list(getattr(module, "submodules", ()))
+    weights = list({id(w): w for w in candidates
+                    if isinstance(w, DistributionInitializer)}.values())
+    previous = [getattr(w, "_use_posterior_mean", False) for w in weights]
+    for weight in weights:
+        object.__setattr__(weight, "_use_posterior_mean", True)
+    try:
+        yield weights
+    finally:
+        for weight, value in zip(weights, previous, strict=True):
+            object.__setattr__(weight, "_use_posterior_mean", value)
 
 
 def _weight_loss(name, regularizer, initializer):
