@@ -498,6 +498,8 @@ def test_posterior_mean_makes_a_cell_deterministic_and_equal_to_its_zero_varianc
     x = _seq()
     cell = _wide(cls, seed=9)
     rnn = keras.layers.RNN(cell, return_sequences=True)
+    rnn(x)
+    cell.sample_weights(seed=[1, 2])  # a sample drawn before the block is not used in it
     with posterior_mean(cell):
         means = [rnn(x).numpy() for _ in range(2)]
     np.testing.assert_array_equal(means[0], means[1])
@@ -505,3 +507,21 @@ def test_posterior_mean_makes_a_cell_deterministic_and_equal_to_its_zero_varianc
     for weight in (cell.kernel, cell.recurrent_kernel):
         weight.raw_stddev.assign(tf.fill(weight.raw_stddev.shape, -1e4))  # exp(-1e4) == 0
     np.testing.assert_allclose(rnn(x).numpy(), means[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("cls", GRUS)
+def test_posterior_mean_redraws_a_sample_cached_outside_the_block(cls):
+    from bayes_planet.layers import posterior_mean
+
+    x = _seq()
+    cell = _wide(cls, seed=9)
+    keras.layers.RNN(cell)(x)
+    sampled = _scan(cell, x).numpy()  # caches a weight sample (eager)
+    with posterior_mean(cell):
+        eager = _scan(cell, x).numpy()
+        traced = tf.function(lambda t: _scan(cell, t))(x).numpy()  # traced inside the block
+    assert not np.allclose(sampled, eager)
+    np.testing.assert_allclose(eager, traced, atol=1e-6)
+    for weight in (cell.kernel, cell.recurrent_kernel):
+        weight.raw_stddev.assign(tf.fill(weight.raw_stddev.shape, -1e4))  # exp(-1e4) == 0
+    np.testing.assert_allclose(tf.function(lambda t: _scan(cell, t))(x).numpy(), eager, atol=1e-6)

@@ -113,9 +113,10 @@ class _Sample:
     and, when the batch size was known at draw time, the signs themselves.
     """
 
-    def __init__(self, weights, bias, num_samples, fixed_seed=None):
+    def __init__(self, weights, bias, num_samples, fixed_seed=None, posterior_mean=False):
         self.weights, self.bias, self.num_samples = weights, bias, num_samples
         self.fixed_seed = fixed_seed  # the `fixed_noise` seed it was drawn with, if any
+        self.posterior_mean = posterior_mean  # drawn inside a `posterior_mean` block
         self.fresh = False
 
 
@@ -232,9 +233,13 @@ class _BayesianCell(BayesianLayer):
 
     # Internals -------------------------------------------------------------------
 
+    def _in_posterior_mean(self):
+        return any(getattr(getattr(self, name), "_use_posterior_mean", False)
+                   for name in self._weight_names)
+
     def _start_sequence(self, batch_size):
         sample = self._sample_cache.get()
-        if sample is None or not sample.fresh:
+        if sample is None or not sample.fresh or sample.posterior_mean != self._in_posterior_mean():
             self.sample_weights(batch_size=batch_size)
         elif batch_size is not None:
             self._draw_signs(sample, batch_size)
@@ -260,7 +265,8 @@ class _BayesianCell(BayesianLayer):
         bias = None
         if self.use_bias:
             bias = sample_weight(self.bias, bias_seed, dtype, num_samples)
-        sample = _Sample(weights, bias, num_samples, getattr(self, "_fixed_seed", None))
+        sample = _Sample(weights, bias, num_samples, getattr(self, "_fixed_seed", None),
+                         self._in_posterior_mean())
         if batch_size is not None:
             self._draw_signs(sample, batch_size)
         return sample
@@ -280,6 +286,8 @@ class _BayesianCell(BayesianLayer):
             return self._draw(self._next_seed(), 1, tf.shape(inputs)[0])
         sample = self._sample_cache.get()
         fixed = getattr(self, "_fixed_seed", None)
+        if sample is not None and sample.posterior_mean != self._in_posterior_mean():
+            sample = None  # Drawn on the other side of a `posterior_mean` block: redraw.
         if sample is not None and sample.fresh:
             self._claim(sample)
         elif sample is None or (fixed is not None and sample.fixed_seed is not fixed):
