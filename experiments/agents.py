@@ -34,7 +34,10 @@ first launch.
   resumed segments) and the launcher's (process start-up included).
 * with ``--probe`` (or ``probe.enabled``): ``bayes-planet probe`` on every finished run,
   all runs on the same held-out test episodes (``<out>/probe_test_episodes``, collected by
-  the first probed run's evaluation policy), R² per variant in ``probe.png``.
+  the first probed run's evaluation policy), R² per variant in ``probe.png``. Each mode of
+  ``probe.weights`` (``per_episode``, ``shared``, ``mean``: ``bayes-planet probe --weights``)
+  probes the Bayesian runs into ``<run>/probe`` (per_episode) or ``<run>/probe_<mode>``;
+  the summary has a row per variant and mode.
 
 Writes ``config.yaml``, ``results.json``, ``summary.md`` and the PNGs into ``--out``.
 """
@@ -162,20 +165,30 @@ def launch(runs, base_presets, parallel=1, say=print):
     return status
 
 
+PROBE_WEIGHTS = ("per_episode", "shared", "mean")  # `bayes-planet probe --weights`
+
+
+def probe_dir(logdir, weights):
+    return pathlib.Path(logdir) / ("probe" if weights == "per_episode" else f"probe_{weights}")
+
+
 def probe(runs, config, out, say=print):
-    """``bayes-planet probe`` on every finished run without a probe.json (sequentially)."""
+    """``bayes-planet probe`` on every finished run without a probe.json (sequentially),
+    once per mode of ``probe.weights`` (modes other than per_episode: Bayesian runs only)."""
     shared = pathlib.Path(out) / "probe_test_episodes"
-    for run in runs:
-        target = run["logdir"] / "probe"
-        if (target / "probe.json").exists() or episodes_on_disk(run["logdir"]) < run["episodes"]:
+    for run, weights in itertools.product(runs, config["probe"]["weights"]):
+        target = probe_dir(run["logdir"], weights)
+        deterministic = run["variant"].startswith("deterministic")
+        if ((target / "probe.json").exists() or (deterministic and weights != "per_episode")
+                or episodes_on_disk(run["logdir"]) < run["episodes"]):
             continue
         command = [sys.executable, "-m", "bayes_planet.cli", "probe", "--logdir",
                    str(run["logdir"]), "--out", str(target), "--test-episodes", str(shared),
-                   "--episodes", str(config["probe"]["episodes"]),
+                   "--episodes", str(config["probe"]["episodes"]), "--weights", weights,
                    "--horizons", ",".join(str(h) for h in config["probe"]["horizons"])]
         with open(run["logdir"] / "probe.log", "a") as log:
             code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=_env())
-        say(f"agents: probe {run['variant']} seed {run['seed']}: "
+        say(f"agents: probe ({weights} weights) {run['variant']} seed {run['seed']}: "
             + ("done" if code == 0 else f"FAILED ({code}), see {run['logdir']}/probe.log"))
 
 
@@ -257,9 +270,11 @@ def read_run(run, config):
         if curves is not None:
             out["curves"].update({f"coverage_{k}": v for k, v in curves.items()})
             out["coverage"] = {k: v[-1][1] if v else None for k, v in curves.items()}
-    probe_path = logdir / "probe" / "probe.json"
-    if probe_path.exists():
-        out["probe"] = _probe_summary(json.loads(probe_path.read_text()))
+    out["probe"] = {}
+    for weights in PROBE_WEIGHTS:
+        path = probe_dir(logdir, weights) / "probe.json"
+        if path.exists():
+            out["probe"][weights] = _probe_summary(json.loads(path.read_text()))
     return out
 
 
@@ -321,9 +336,12 @@ def aggregate(config, out, runs, status=None):
         coverage = [r["coverage"] for r in per_run.values() if r["coverage"]]
         if coverage:
             summary["coverage"] = {g: _stats([c[g] for c in coverage]) for g in coverage[0]}
-        probes = [r["probe"] for r in per_run.values() if "probe" in r]
-        if probes:
-            summary["probe"] = {k: _stats([p.get(k) for p in probes]) for k in probes[0]}
+        summary["probe"] = {}
+        for weights in PROBE_WEIGHTS:
+            probes = [r["probe"][weights] for r in per_run.values() if weights in r["probe"]]
+            if probes:
+                summary["probe"][weights] = {k: _stats([p.get(k) for p in probes])
+                                             for k in probes[0]}
         results["variants"][name] = {
             **variant, "summary": summary,
             "curves": {k: mean_curve([r["curves"].get(k, []) for r in per_run.values()])
@@ -357,8 +375,9 @@ def summary_markdown(results):
                      f"{_fmt(s['mean_eval_return'])} | {_fmt(s['training_seconds'], 1 / 60)} | "
                      f"{_fmt(s['launcher_seconds'], 1 / 60)} | "
                      f"{_fmt(s['final_weight_kl'], digits=0)} | {cov or '–'} |")
-    probed = {n: v["summary"]["probe"] for n, v in results["variants"].items()
-              if "probe" in v["summary"]}
+    probed = {(n if w == "per_episode" else f"{n} ({w} weights)"): p
+              for w in PROBE_WEIGHTS for n, v in results["variants"].items()
+              if (p := v["summary"]["probe"].get(w))}
     if probed:
         horizons = [int(h) for h in c["probe"]["horizons"]]
         labels = ["closed_loop"] + [f"open_loop_h{h}" for h in horizons]
@@ -438,7 +457,8 @@ def plot_curves(results, out):
         fig.savefig(out / "coverage.png", dpi=110)
         plt.close(fig)
 
-    probed = {n: v["summary"]["probe"] for n, v in variants_.items() if "probe" in v["summary"]}
+    probed = {n: v["summary"]["probe"]["per_episode"] for n, v in variants_.items()
+              if "per_episode" in v["summary"]["probe"]}
     if probed:
         fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
         horizons = [0] + [int(h) for h in results["config"]["probe"]["horizons"]]
@@ -477,6 +497,10 @@ def main(argv=None):
         config["parallel"] = args.parallel
     if args.probe:
         config["probe"]["enabled"] = True
+    unknown = sorted(set(config["probe"]["weights"]) - set(PROBE_WEIGHTS))
+    if unknown:
+        raise _config.ConfigError(f"expected probe.weights in {list(PROBE_WEIGHTS)}, "
+                                  f"received {unknown}")
     if config["parallel"] < 1:
         raise _config.ConfigError(f"expected parallel >= 1, received {config['parallel']}")
     out = pathlib.Path(config["out"])

@@ -175,3 +175,17 @@ def test_agents_debug_preset(agents, tmp_path):
     agents.main(["--preset", "debug", "--out", str(tmp_path), "--aggregate-only"])
     launches = tmp_path / "runs" / "deterministic" / "seed0" / "launches.jsonl"
     assert len(launches.read_text().splitlines()) == 1
+    # Latent probes of the finished runs, with sampled and posterior-mean weights.
+    probed = agents.main(["--preset", "debug", "--out", str(tmp_path), "--probe", "--set",
+                          "probe.episodes=1", "--set", "probe.weights=[per_episode, mean]"])
+    assert (tmp_path / "probe.png").stat().st_size > 0
+    assert len(list((tmp_path / "probe_test_episodes").glob("*.npz"))) == 1
+    modes = {n: sorted(v["summary"]["probe"]) for n, v in probed["variants"].items()}
+    assert modes == {"deterministic": ["per_episode"], "reparameterization": ["mean", "per_episode"]}
+    r2 = probed["variants"]["reparameterization"]["summary"]["probe"]["mean"]
+    assert r2["closed_loop/ridge/velocity"]["n"] == 1
+    summary = (tmp_path / "summary.md").read_text()
+    assert "| reparameterization (mean weights) | ridge |" in summary
+    with pytest.raises(agents._config.ConfigError, match="probe.weights"):
+        agents.main(["--preset", "debug", "--out", str(tmp_path), "--aggregate-only", "--set",
+                     "probe.weights=[median]"])
