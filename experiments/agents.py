@@ -39,6 +39,14 @@ first launch.
   probes the Bayesian runs into ``<run>/probe`` (per_episode) or ``<run>/probe_<mode>``;
   the summary has a row per variant and mode.
 
+**Seeds run elsewhere** (another session, another machine): ``results.json`` keeps every
+run's curves and numbers, so archiving it (``experiments/figures/<grid>_results.json``) and
+naming it in ``merge`` (``--set 'merge=[experiments/figures/exploration_results.json]'``)
+fills the cells of the grid that have no episodes in ``--out`` with the archived finished
+runs: they are not trained again and are aggregated with the local ones (status
+``merged from <file>``). The archived grid must have the same task, base presets and
+overrides; a (variant, seed) archived twice is refused.
+
 Writes ``config.yaml``, ``results.json``, ``summary.md`` and the PNGs into ``--out``.
 """
 
@@ -192,6 +200,38 @@ def probe(runs, config, out, say=print):
             + ("done" if code == 0 else f"FAILED ({code}), see {run['logdir']}/probe.log"))
 
 
+def archived_runs(config):
+    """``{(variant, seed): run}``: the finished runs of the ``merge`` results files."""
+    archived = {}
+    for path in map(pathlib.Path, config["merge"]):
+        if not path.is_file():
+            raise _config.ConfigError(f"merge: expected a results.json file, received '{path}'")
+        earlier = json.loads(path.read_text())
+        for key in ("task", "base_presets", "overrides"):
+            if earlier["config"][key] != config[key]:
+                raise _config.ConfigError(
+                    f"merge: {path} was run with {key}={earlier['config'][key]!r}, this grid "
+                    f"has {key}={config[key]!r}")
+        for name, variant in earlier["variants"].items():
+            for seed, run in variant["runs"].items():
+                if not run["finished"]:
+                    continue
+                if "curves" not in run:
+                    raise _config.ConfigError(f"merge: {path} has no per-run curves (written "
+                                              "before results.json kept them)")
+                if (name, int(seed)) in archived:
+                    raise _config.ConfigError(f"merge: {name} seed {seed} is archived twice "
+                                              f"({archived[name, int(seed)]['status']}, {path})")
+                archived[name, int(seed)] = {**run, "status": f"merged from {path}"}
+    return archived
+
+
+def _local(runs, archived):
+    """The runs to train or probe here: those not filled by an archived run."""
+    return [r for r in runs
+            if (r["variant"], r["seed"]) not in archived or episodes_on_disk(r["logdir"])]
+
+
 # ---------------------------------------------------------------- reading runs
 def read_jsonl(path):
     path = pathlib.Path(path)
@@ -320,15 +360,19 @@ def _stats(values):
     return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
 
 
-def aggregate(config, out, runs, status=None):
+def aggregate(config, out, runs, status=None, archived=None):
     out = pathlib.Path(out)
+    archived, local = archived or {}, _local(runs, archived or {})
     results = {"config": config, "variants": {}}
     for variant in variants(config):
         name = variant["name"]
-        per_run = {r["seed"]: read_run(r, config) for r in runs if r["variant"] == name}
+        per_run = {r["seed"]: read_run(r, config) for r in local if r["variant"] == name}
         for r in per_run.values():
             r["status"] = (status or {}).get(r["logdir"], "finished" if r["finished"] else
                                              "unfinished")
+        per_run.update({r["seed"]: archived[name, r["seed"]] for r in runs
+                        if r["variant"] == name and r["seed"] not in per_run})
+        per_run = dict(sorted(per_run.items()))
         curve_keys = sorted({k for r in per_run.values() for k in r["curves"]})
         summary = {key: _stats([r[key] for r in per_run.values()])
                    for key in ("final_eval_return", "mean_eval_return", "training_seconds",
@@ -346,8 +390,7 @@ def aggregate(config, out, runs, status=None):
             **variant, "summary": summary,
             "curves": {k: mean_curve([r["curves"].get(k, []) for r in per_run.values()])
                        for k in curve_keys},
-            "runs": {str(seed): {k: v for k, v in r.items() if k != "curves"}
-                     for seed, r in per_run.items()},
+            "runs": {str(seed): r for seed, r in per_run.items()},  # curves too: mergeable
         }
     plot_curves(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=1))
@@ -505,13 +548,14 @@ def main(argv=None):
         raise _config.ConfigError(f"expected parallel >= 1, received {config['parallel']}")
     out = pathlib.Path(config["out"])
     runs = grid(config, out)
+    archived = archived_runs(config)
     _config.save_dict(config, out)
     status = None
     if not args.aggregate_only:
-        status = launch(runs, config["base_presets"], config["parallel"])
+        status = launch(_local(runs, archived), config["base_presets"], config["parallel"])
         if config["probe"]["enabled"]:
-            probe(runs, config, out)
-    results = aggregate(config, out, runs, status)
+            probe(_local(runs, archived), config, out)
+    results = aggregate(config, out, runs, status, archived)
     print(summary_markdown(results))
     failed = [k for k, v in (status or {}).items() if v.startswith("failed")]
     results["failed"] = failed

@@ -168,6 +168,7 @@ def test_agents_debug_preset(agents, tmp_path):
         assert v["curves"]["eval_return"]["seeds"] == [1]
     assert variants["deterministic"]["runs"]["0"]["final_weight_kl"] == 0
     assert variants["reparameterization"]["runs"]["0"]["final_weight_kl"] > 0
+    _check_merge_of_archived_runs(agents, tmp_path / "results.json", variants, tmp_path / "m")
     # Rerunning skips finished runs; --aggregate-only launches nothing either.
     again = agents.main(["--preset", "debug", "--out", str(tmp_path)])
     assert {r["status"] for v in again["variants"].values() for r in v["runs"].values()} == {
@@ -189,3 +190,27 @@ def test_agents_debug_preset(agents, tmp_path):
     with pytest.raises(agents._config.ConfigError, match="probe.weights"):
         agents.main(["--preset", "debug", "--out", str(tmp_path), "--aggregate-only", "--set",
                      "probe.weights=[median]"])
+
+
+def _check_merge_of_archived_runs(agents, archive, variants, out):
+    """An archived results.json fills another grid's cells: nothing is trained again, the
+    merged runs aggregate to the archived numbers; a different grid or a twice-archived run
+    is refused."""
+    merge = f"merge=[{archive}]"
+    merged = agents.main(["--preset", "debug", "--out", str(out), "--set", merge])
+    assert merged["failed"] == [] and not (out / "runs").exists()
+    for name, v in merged["variants"].items():
+        run = v["runs"]["0"]
+        assert run["status"] == f"merged from {archive}"
+        assert run["final_eval_return"] == variants[name]["runs"]["0"]["final_eval_return"]
+        assert v["curves"] == variants[name]["curves"]
+        assert v["summary"]["final_eval_return"]["n"] == 1
+    errors = agents._config.ConfigError
+    with pytest.raises(errors, match="was run with overrides="):
+        agents.main(["--preset", "debug", "--out", str(out), "--set", merge,
+                     "--set", "overrides=[eval.video=false, train.episodes=4]"])
+    with pytest.raises(errors, match="deterministic seed 0 is archived twice"):
+        agents.main(["--preset", "debug", "--out", str(out), "--set",
+                     f"merge=[{archive}, {archive}]"])
+    with pytest.raises(errors, match="expected a results.json file"):
+        agents.main(["--preset", "debug", "--out", str(out), "--set", f"merge=[{out}/no.json]"])
