@@ -552,9 +552,10 @@ def main(argv=None):
     _config.save_dict(config, out)
     status = None
     if not args.aggregate_only:
-        status = launch(_local(runs, archived), config["base_presets"], config["parallel"])
+        local = _local(runs, archived)
+        status = launch(local, config["base_presets"], config["parallel"])
         if config["probe"]["enabled"]:
-            probe(_local(runs, archived), config, out)
+            probe(local, config, out)
     results = aggregate(config, out, runs, status, archived)
     print(summary_markdown(results))
     failed = [k for k, v in (status or {}).items() if v.startswith("failed")]
