@@ -45,7 +45,8 @@ naming it in ``merge`` (``--set 'merge=[experiments/figures/exploration_results.
 fills the cells of the grid that have no episodes in ``--out`` with the archived finished
 runs: they are not trained again and are aggregated with the local ones (status
 ``merged from <file>``). The archived grid must have the same task, base presets and
-overrides; a (variant, seed) archived twice is refused.
+overrides; a (variant, seed) archived twice is refused. A merged run's probe R² was measured
+on its own grid's held-out episodes, not on this grid's.
 
 Writes ``config.yaml``, ``results.json``, ``summary.md`` and the PNGs into ``--out``.
 """
