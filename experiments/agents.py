@@ -363,7 +363,8 @@ def _stats(values):
 
 def aggregate(config, out, runs, status=None, archived=None):
     out = pathlib.Path(out)
-    archived, local = archived or {}, _local(runs, archived or {})
+    archived = archived or {}
+    local = _local(runs, archived)
     results = {"config": config, "variants": {}}
     for variant in variants(config):
         name = variant["name"]
