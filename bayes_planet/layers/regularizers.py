@@ -24,12 +24,14 @@ from bayes_planet.layers.random_variable import RandomVariable
 tfd = tfp.distributions
 
 __all__ = [
+    "FanInNormalKLDivergence",
     "KLRegularizer",
     "LogUniformKLDivergence",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
     "get",
     "serialize",
+    "fan_in",
     "set_dataset_size",
 ]
 
@@ -86,13 +88,53 @@ class KLRegularizer(keras.regularizers.Regularizer):
         return {"scale_factor": self.scale_factor, "dataset_size": self.dataset_size}
 
 
+def _normal_kl(x, mean, stddev):
+    """KL(q || N(mean, stddev²)) summed over a weight; -log prior density for a point mass."""
+    loc, scale = _moments(x)
+    diff = loc - mean if mean else loc
+    inv_var = 1.0 / stddev**2
+    n = tf.cast(tf.size(loc), loc.dtype)
+    if scale is None:
+        return tf.reduce_sum(0.5 * inv_var * tf.square(diff)) + n * (
+            math.log(stddev) + 0.5 * math.log(2 * math.pi))
+    # sum log(sp/sq) + (sq^2 + d^2) / (2 sp^2) - 1/2, as few passes as possible.
+    quad = tf.reduce_sum(tf.square(scale) + tf.square(diff))
+    return 0.5 * inv_var * quad - tf.reduce_sum(_log_scale(x, scale)) + n * (
+        math.log(stddev) - 0.5)
+
+
+def fan_in(x):
+    """The number of inputs summed into each output of a weight ``x``.
+
+    A `DistributionInitializer` whose layer set its ``fan_in`` (e.g. an EinsumDense
+    kernel, whose contracted axes only the equation knows) gives that; otherwise the
+    Keras convention on the weight's shape: ``prod(shape[:-1])`` (a dense kernel's
+    input dimension, a convolution's ``kernel_size × in_channels``), the length of a
+    vector, 1 for a scalar.
+    """
+    given = getattr(x, "fan_in", None)
+    if given:
+        return int(given)
+    if isinstance(x, DistributionInitializer):
+        shape = x.weight_shape
+    else:
+        loc, _ = _distribution_moments(x)
+        shape = loc.shape
+    dims = shape.as_list()
+    if any(d is None for d in dims):
+        raise ValueError(f"A fan-in prior needs a static weight shape. Received: shape={dims}")
+    return int(math.prod(dims[:-1])) if len(dims) > 1 else (dims[0] if dims else 1)
+
+
 @_register
 class NormalKLDivergence(KLRegularizer):
     """KL(q || N(mean, stddev^2)) summed over weights, in closed form for a normal q.
 
     For a point-mass posterior the KL is undefined; the negative log prior density
     is used instead (MAP, i.e. weight decay), so ``trainable_deterministic`` +
-    ``normal_kl_divergence`` is MAP training.
+    ``normal_kl_divergence`` is MAP training. ``NormalKLDivergence()`` is the standard
+    N(0, 1) prior on every weight, whatever the layer's width; the layers' default is
+    `FanInNormalKLDivergence`, which scales the prior to the layer.
     """
 
     def __init__(self, mean=0.0, stddev=1.0, scale_factor=1.0, dataset_size=None):
@@ -102,22 +144,46 @@ class NormalKLDivergence(KLRegularizer):
         self.mean, self.stddev = float(mean), float(stddev)
 
     def divergence(self, x):
-        loc, scale = _moments(x)
-        diff = loc - self.mean if self.mean else loc
-        inv_var = 1.0 / self.stddev**2
-        if scale is None:
-            return tf.reduce_sum(0.5 * inv_var * tf.square(diff)) + tf.cast(
-                tf.size(loc), loc.dtype
-            ) * (math.log(self.stddev) + 0.5 * math.log(2 * math.pi))
-        # sum log(sp/sq) + (sq^2 + d^2) / (2 sp^2) - 1/2, as few passes as possible.
-        quad = tf.reduce_sum(tf.square(scale) + tf.square(diff))
-        n = tf.cast(tf.size(loc), loc.dtype)
-        return 0.5 * inv_var * quad - tf.reduce_sum(_log_scale(x, scale)) + n * (
-            math.log(self.stddev) - 0.5
-        )
+        return _normal_kl(x, self.mean, self.stddev)
 
     def get_config(self):
         return {"mean": self.mean, "stddev": self.stddev, **super().get_config()}
+
+
+@_register
+class FanInNormalKLDivergence(KLRegularizer):
+    """KL(q || N(0, gain² / fan_in)) summed over weights: a prior scaled to the layer.
+
+    The prior of each weight has the variance of a variance-preserving initializer
+    (LeCun for ``gain=1``, He for ``gain=√2``): ``fan_in`` inputs, each weighted by a
+    draw of the prior, sum to a pre-activation of variance ``gain²`` times the
+    inputs' (Neal, 1996; the ``σ_w² / fan_in`` priors of infinitely wide networks).
+    A fixed N(0, 1) prior instead grows the prior function's scale with every
+    layer's width, and its KL lets the posterior's noise grow to that scale on the
+    weights the data constrain little — under-confident predictions on small data
+    (see ``experiments/RESULTS.md``, "choosing a prior"). ``fan_in`` is `fan_in(x)`
+    per weight; the closed form is `NormalKLDivergence`'s.
+
+    Args:
+      gain: the prior's stddev times ``sqrt(fan_in)``.
+      scale_factor, dataset_size: as `KLRegularizer`.
+    """
+
+    def __init__(self, gain=1.0, scale_factor=1.0, dataset_size=None):
+        super().__init__(scale_factor, dataset_size)
+        if not gain > 0:
+            raise ValueError(f"Expected a positive gain. Received: gain={gain}")
+        self.gain = float(gain)
+
+    def prior_stddev(self, x):
+        """The prior's stddev for weight ``x``: ``gain / sqrt(fan_in(x))``."""
+        return self.gain / math.sqrt(fan_in(x))
+
+    def divergence(self, x):
+        return _normal_kl(x, 0.0, self.prior_stddev(x))
+
+    def get_config(self):
+        return {"gain": self.gain, **super().get_config()}
 
 
 @_register
@@ -179,6 +245,7 @@ def log_alpha_from_moments(loc, scale, clip=8.0):
 
 _ALIASES = {
     "normal_kl_divergence": NormalKLDivergence,
+    "fan_in_normal_kl_divergence": FanInNormalKLDivergence,
     "normal_empirical_bayes_kl_divergence": NormalEmpiricalBayesKLDivergence,
     "log_uniform_kl_divergence": LogUniformKLDivergence,
 }

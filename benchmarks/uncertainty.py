@@ -1,0 +1,517 @@
+"""Uncertainty benchmark: is a default Bayesian layer better calibrated than its Keras twin?
+
+One command; tasks, models and sizes come from ``uncertainty.yaml``::
+
+    python -m benchmarks.uncertainty                       # every family, 3 seeds (~1 h, 2 CPUs)
+    python -m benchmarks.uncertainty --quick               # seconds per task (the tests run it)
+    python -m benchmarks.uncertainty --preset mlp --set seeds=[0]
+    python -m benchmarks.uncertainty --set kernel_regularizer=normal_kl_divergence  # old prior
+
+Each task is a layer family on an offline data set: ``mlp`` (dense) on scikit-learn's
+bundled ``digits``, ``breast_cancer``, ``wine`` and ``diabetes`` and on the synthetic
+``moons`` and ``friedman`` (#1) sets; ``cnn`` (conv) on the 8×8 digit images; ``lstm`` /
+``gru`` on noisy sinusoids (classify the frequency; the sequence example's task);
+``transformer`` on the noisy modular-sum seq2seq task of ``experiments/sequence.py``.
+Each model is the same architecture with only the layer classes swapped: the
+deterministic Keras twin, each estimator of ours **with default arguments**, and
+``tfp.layers`` (``DenseFlipout``/``Convolution2DFlipout``, their defaults with the KL
+divided by the training-set size, as tfp's examples do), all trained by the plain Keras
+workflow: ``set_dataset_size(model, N)`` (tokens for the transformer) then
+``compile`` + ``fit`` for ``steps`` Adam steps.
+
+Reported per task and model, mean ± std over seeds: accuracy, NLL, ECE
+(`bayes_planet.metrics`), mean predictive entropy and mutual information for
+classification; RMSE, NLL, coverage of the central ``interval`` predictive interval and
+the epistemic/aleatoric stds for regression (Gaussian head, softplus scale; predictive =
+the mixture over weight samples, in the target's units); and out-of-distribution AUROC
+(in-distribution test inputs vs OOD inputs) of the predictive entropy and the mutual
+information (regression: predictive std and epistemic std). OOD sets: digits rotated
+by 90°, noise-corrupted (σ 0.5) and uniform-noise images; tabular test inputs scaled by
+``far_scale`` in standardized units; sinusoids of 3× the highest training frequency and
+pure noise. Writes ``config.yaml``, ``results.json``, ``summary.md`` (tables and the
+goal check against the deterministic twin and tfp.layers) and a reliability diagram per
+classification task into ``--out``.
+"""
+
+import argparse
+import json
+import math
+import pathlib
+import time
+
+import numpy as np
+
+from bayes_planet import config as config_lib
+from bayes_planet import metrics
+
+CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
+
+#: family -> the models it can build.
+FAMILY_MODELS = {
+    "mlp": ("deterministic", "reparameterization", "flipout", "local_reparameterization",
+            "variational_dropout", "tfp_flipout", "tfp_reparameterization"),
+    "cnn": ("deterministic", "reparameterization", "flipout", "local_reparameterization",
+            "tfp_flipout", "tfp_reparameterization"),
+    "lstm": ("deterministic", "reparameterization", "flipout"),
+    "gru": ("deterministic", "reparameterization", "flipout"),
+    "transformer": ("deterministic", "deterministic_dropout", "reparameterization",
+                    "flipout", "local_reparameterization"),
+}
+#: data set -> the families that take it.
+DATASETS = {"digits": ("mlp", "cnn"), "breast_cancer": ("mlp",), "wine": ("mlp",),
+            "moons": ("mlp",), "diabetes": ("mlp",), "friedman": ("mlp",),
+            "sinusoids": ("lstm", "gru"), "mod_sum": ("transformer",)}
+REGRESSION = ("diabetes", "friedman")
+BASELINES = ("deterministic", "deterministic_dropout")
+
+
+def parse_task(task):
+    """``'mlp/digits'`` -> ``('mlp', 'digits')``; raises on an unknown pair."""
+    family, _, dataset = str(task).partition("/")
+    if dataset not in DATASETS or family not in DATASETS[dataset]:
+        pairs = sorted(f"{f}/{d}" for d, fams in DATASETS.items() for f in fams)
+        raise config_lib.ConfigError(f"unknown task {task!r}; known tasks: {', '.join(pairs)}")
+    return family, dataset
+
+
+# ---------------------------------------------------------------- data
+def _split(n, test_fraction, seed):
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = int(round(n * test_fraction))
+    return order[n_test:], order[:n_test]
+
+
+def _tabular(x, y, seed, cfg, regression):
+    """Seeded split, inputs standardized by the training set; targets too for regression."""
+    train, test = _split(len(x), cfg["test_fraction"], seed)
+    mean, std = x[train].mean(0), x[train].std(0) + 1e-8
+    x = ((x - mean) / std).astype(np.float32)
+    data = {"x_train": x[train], "x_test": x[test], "ood": {"far": x[test] * cfg["far_scale"]}}
+    if regression:
+        y_mean, y_std = y[train].mean(), y[train].std()
+        y = ((y - y_mean) / y_std).astype(np.float32)
+        data["y_scale"] = float(y_std)
+    data["y_train"], data["y_test"] = y[train], y[test]
+    return data
+
+
+def _digits(seed, cfg, image):
+    from scipy import ndimage
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images / 16.0).astype(np.float32)
+    train, test = _split(len(images), cfg["test_fraction"], seed)
+    rng = np.random.default_rng([seed, 1])
+    test_images = images[test]
+    ood = {"rotated_90": np.rot90(test_images, 1, axes=(1, 2)),
+           "noisy": np.clip(test_images + rng.normal(0, 0.5, test_images.shape), 0, 1),
+           "uniform": rng.uniform(0, 1, test_images.shape)}
+    del ndimage
+    shape = (8, 8, 1) if image else (64,)
+    fix = lambda a: np.asarray(a, np.float32).reshape((len(a),) + shape)  # noqa: E731
+    return {"x_train": fix(images[train]), "y_train": digits.target[train],
+            "x_test": fix(test_images), "y_test": digits.target[test],
+            "ood": {k: fix(v) for k, v in ood.items()}}
+
+
+def _sinusoids(cfg, num, rng, freq_scale=1.0, noise_only=False):
+    """Noisy sinusoids; class k has angular frequency ``0.3 (1 + 0.15 k)``."""
+    t = np.arange(cfg["length"])[None, :, None]
+    labels = rng.integers(0, cfg["num_classes"], num)
+    omega = freq_scale * 0.3 * (1.0 + 0.15 * labels)[:, None, None]
+    phase = rng.uniform(0, 2 * np.pi, (num, 1, cfg["features"]))
+    signal = 0.0 if noise_only else np.sin(omega * t + phase)
+    x = signal + cfg["obs_noise"] * rng.standard_normal((num, cfg["length"], cfg["features"]))
+    return x.astype(np.float32), labels.astype(np.int64)
+
+
+def load_data(family, dataset, seed, cfg):
+    """The task's arrays: ``x_train, y_train, x_test, y_test, ood`` (+ ``y_scale``)."""
+    from sklearn import datasets as sk
+
+    if dataset == "digits":
+        return _digits(seed, cfg, image=family == "cnn")
+    if dataset in ("breast_cancer", "wine", "diabetes"):
+        x, y = getattr(sk, f"load_{dataset}")(return_X_y=True)
+        return _tabular(x, y, seed, cfg, dataset in REGRESSION)
+    if dataset == "moons":
+        x, y = sk.make_moons(cfg["moons"]["num"], noise=cfg["moons"]["noise"], random_state=seed)
+        return _tabular(x, y, seed, cfg, False)
+    if dataset == "friedman":
+        x, y = sk.make_friedman1(cfg["friedman"]["num"], noise=cfg["friedman"]["noise"],
+                                 random_state=seed)
+        return _tabular(x, y, seed, cfg, True)
+    rng = np.random.default_rng([seed, 2])
+    if dataset == "sinusoids":
+        c = cfg["sinusoids"]
+        n_test = int(round(c["num"] * cfg["test_fraction"]))
+        x_train, y_train = _sinusoids(c, c["num"] - n_test, rng)
+        x_test, y_test = _sinusoids(c, n_test, rng)
+        return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test,
+                "ood": {"fast": _sinusoids(c, n_test, rng, freq_scale=3.0 * 1.45)[0],
+                        "noise": _sinusoids(c, n_test, rng, noise_only=True)[0]}}
+    c = cfg["mod_sum"]  # y_t = (x_t + x_{L-1-t}) mod V, targets resampled with label_noise
+    x = rng.integers(0, c["vocab"], (c["num"], c["length"]))
+    y = (x + x[:, ::-1]) % c["vocab"]
+    y = np.where(rng.random(y.shape) < c["label_noise"], rng.integers(0, c["vocab"], y.shape), y)
+    train, test = _split(len(x), cfg["test_fraction"], seed)
+    return {"x_train": x[train].astype(np.int32), "y_train": y[train], "ood": {},
+            "x_test": x[test].astype(np.int32), "y_test": y[test]}
+
+
+# ---------------------------------------------------------------- models
+class Layers:
+    """Layer constructors of one model: the same calls build every model's network."""
+
+    def __init__(self, model, seed, dataset_size, kernel_regularizer=None):
+        self.model, self.dataset_size = model, dataset_size
+        self.kernel_regularizer = kernel_regularizer
+        self._seeds = iter(range(seed * 1000, seed * 1000 + 1000))
+
+    def _ours(self, prefix, suffix=""):
+        import bayes_planet.layers as bl
+
+        estimator = {"reparameterization": "Reparameterization", "flipout": "Flipout",
+                     "local_reparameterization": "LocalReparameterization",
+                     "variational_dropout": "VariationalDropout"}[self.model]
+        return getattr(bl, f"{prefix}{estimator}{suffix}")
+
+    def _prior(self, *names):
+        from bayes_planet.layers import regularizers
+
+        if self.kernel_regularizer is None or self.model == "variational_dropout":
+            return {}
+        return {name: regularizers.get(self.kernel_regularizer) for name in names}
+
+    def _tfp(self, name, *args, **kwargs):
+        import tensorflow_probability as tfp
+
+        n = float(self.dataset_size)
+        estimator = {"tfp_flipout": "Flipout", "tfp_reparameterization": "Reparameterization"}
+        cls = getattr(tfp.layers, name + estimator[self.model])
+        return cls(*args, kernel_divergence_fn=lambda q, p, _: tfp.distributions.kl_divergence(
+            q, p) / n, **kwargs)
+
+    def dense(self, units, activation=None):
+        from bayes_planet._keras import keras
+
+        if self.model in BASELINES:
+            return keras.layers.Dense(units, activation)
+        if self.model.startswith("tfp_"):
+            return self._tfp("Dense", units, activation=activation)
+        return self._ours("Dense")(units, activation=activation, seed=next(self._seeds),
+                                   **self._prior("kernel_regularizer"))
+
+    def conv(self, filters, activation="relu"):
+        from bayes_planet._keras import keras
+
+        if self.model in BASELINES:
+            return keras.layers.Conv2D(filters, 3, padding="same", activation=activation)
+        if self.model.startswith("tfp_"):
+            return self._tfp("Convolution2D", filters, 3, padding="same", activation=activation)
+        return self._ours("Conv2D")(filters, 3, padding="same", activation=activation,
+                                    seed=next(self._seeds), **self._prior("kernel_regularizer"))
+
+    def cell(self, kind, units):
+        from bayes_planet._keras import keras
+
+        name = {"lstm": "LSTM", "gru": "GRU"}[kind]
+        if self.model in BASELINES:
+            return getattr(keras.layers, f"{name}Cell")(units)
+        return self._ours(name + "Cell")(units, seed=next(self._seeds), **self._prior(
+            "kernel_regularizer", "recurrent_regularizer"))
+
+
+def build_model(family, model, data, fcfg, seed, kernel_regularizer=None):
+    """The family's network with ``model``'s layers; outputs logits or (mean, raw scale)."""
+    from bayes_planet._keras import keras
+
+    regression = "y_scale" in data
+    outputs = 2 if regression else int(max(data["y_train"].max(), data["y_test"].max()) + 1)
+    n = data["y_train"].size  # examples (tokens for the transformer): the ELBO per target
+    layers = Layers(model, seed, n, kernel_regularizer)
+    shape = data["x_train"].shape[1:]
+    if family == "transformer":
+        from bayes_planet.layers import build_transformer
+
+        attention, feed_forward = {
+            "deterministic": ("deterministic",) * 2,
+            "deterministic_dropout": ("deterministic",) * 2,
+            "reparameterization": ("reparameterization",) * 2,
+            "flipout": ("flipout",) * 2,
+            "local_reparameterization": ("flipout", "local_reparameterization")}[model]
+        return build_transformer(
+            int(data["x_train"].max()) + 1, shape[0], outputs, d_model=fcfg["d_model"],
+            num_heads=fcfg["num_heads"], ff_dim=fcfg["ff_dim"], num_layers=fcfg["num_layers"],
+            attention=attention, feed_forward=feed_forward, seed=seed,
+            dropout=fcfg["dropout"] if model == "deterministic_dropout" else 0.0)
+    stack = [keras.Input(shape)]
+    if family == "mlp":
+        stack += [layers.dense(units, "relu") for units in fcfg["hidden"]]
+    elif family == "cnn":
+        for filters in fcfg["filters"]:
+            stack += [layers.conv(filters), keras.layers.MaxPooling2D(2, padding="same")]
+        stack.append(keras.layers.Flatten())
+    else:
+        stack.append(keras.layers.RNN(layers.cell(family, fcfg["units"])))
+    stack.append(layers.dense(outputs))
+    return keras.Sequential(stack)
+
+
+def gaussian_nll(y_true, y_pred):
+    """Mean negative log density of ``y_true`` under N(mean, softplus(raw) + 1e-3)."""
+    from bayes_planet._keras import tf
+
+    mean, scale = y_pred[..., 0], tf.nn.softplus(y_pred[..., 1]) + 1e-3
+    y = tf.reshape(tf.cast(y_true, mean.dtype), tf.shape(mean))
+    return tf.reduce_mean(0.5 * math.log(2 * math.pi) + tf.math.log(scale)
+                          + 0.5 * tf.square((y - mean) / scale))
+
+
+def fit(model, data, fcfg, regression):
+    """The plain Keras workflow: compile + fit for about ``steps`` Adam steps."""
+    from bayes_planet._keras import keras
+
+    loss = gaussian_nll if regression else keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True)
+    model.compile(optimizer=keras.optimizers.Adam(fcfg["learning_rate"]), loss=loss)
+    per_epoch = math.ceil(len(data["x_train"]) / fcfg["batch_size"])
+    start = time.perf_counter()
+    model.fit(data["x_train"], data["y_train"], batch_size=fcfg["batch_size"],
+              epochs=max(1, round(fcfg["steps"] / per_epoch)), shuffle=True, verbose=0)
+    return time.perf_counter() - start
+
+
+def predict(model, name, inputs, samples):
+    """``[S, N, ...]`` outputs of ``samples`` stochastic passes (1 for a deterministic net)."""
+    from bayes_planet._keras import tf
+
+    training = name == "variational_dropout"  # at inference it uses its pruned means
+    call = tf.function(lambda x: model(x, training=training))
+    n = 1 if name in BASELINES else samples
+    return np.stack([np.concatenate([call(inputs[i:i + 1000]).numpy()
+                                     for i in range(0, len(inputs), 1000)]) for _ in range(n)])
+
+
+# ---------------------------------------------------------------- one task
+def evaluate(family, dataset, model_name, seed, config):
+    """Trains one model on one task and seed; returns (metrics, arrays for the plots)."""
+    from bayes_planet._keras import keras, tf
+    from bayes_planet.layers import set_dataset_size
+
+    data = load_data(family, dataset, seed, config["datasets"])
+    fcfg = config["families"][family]
+    regression = "y_scale" in data
+    keras.utils.set_random_seed(seed)
+    model = build_model(family, model_name, data, fcfg, seed, config["kernel_regularizer"])
+    if model_name not in BASELINES and not model_name.startswith("tfp_"):
+        set_dataset_size(model, data["y_train"].size)
+    seconds = fit(model, data, fcfg, regression)
+    outs = {name: predict(model, model_name, x, config["mc_samples"])
+            for name, x in {"test": data["x_test"], **data["ood"]}.items()}
+    if regression:
+        means = {k: v[..., 0].astype(np.float64) for k, v in outs.items()}
+        scales = {k: np.logaddexp(0.0, v[..., 1].astype(np.float64)) + 1e-3
+                  for k, v in outs.items()}
+        result = metrics.regression_metrics(means["test"], scales["test"], data["y_test"],
+                                            config["interval"], data["y_scale"])
+        total = {k: np.sqrt((scales[k] ** 2).mean(0) + means[k].var(0)) for k in outs}
+        epistemic = {k: means[k].std(0) for k in outs}
+        scores = {"total": total, "epistemic": epistemic}
+        arrays = None
+    else:
+        probs = {k: tf.nn.softmax(v).numpy().astype(np.float64) for k, v in outs.items()}
+        classes = probs["test"].shape[-1]
+        test = probs["test"].reshape(len(probs["test"]), -1, classes)
+        labels = data["y_test"].reshape(-1)
+        result = metrics.classification_metrics(test, labels, config["ece_bins"])
+        scores = {"total": {k: metrics.entropy(p.mean(0)) for k, p in probs.items()},
+                  "epistemic": {k: metrics.mutual_information(p) for k, p in probs.items()}}
+        arrays = {"probs": test.mean(0), "labels": labels}
+    for name in data["ood"]:
+        for kind, score in scores.items():
+            result[f"auroc_{kind}_{name}"] = metrics.auroc(score["test"], score[name])
+    if data["ood"]:
+        for kind in scores:
+            result[f"auroc_{kind}"] = float(np.mean(
+                [result[f"auroc_{kind}_{name}"] for name in data["ood"]]))
+    result["train_seconds"] = seconds
+    return result, arrays
+
+
+def _summarize(per_seed):
+    keys = per_seed[0].keys()
+    return ({k: float(np.mean([r[k] for r in per_seed])) for k in keys},
+            {k: float(np.std([r[k] for r in per_seed])) for k in keys})
+
+
+def run(config, out):
+    """Every task x model x seed; writes results.json, summary.md and the plots."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {"config": config, "tasks": {}}
+    start = time.perf_counter()
+    for task in config["tasks"]:
+        family, dataset = parse_task(task)
+        models, pooled = {}, {}
+        for name in config["models"]:
+            if name not in FAMILY_MODELS[family]:
+                continue
+            per_seed, arrays = [], []
+            for seed in config["seeds"]:
+                metrics_, extra = evaluate(family, dataset, name, int(seed), config)
+                per_seed.append(metrics_)
+                arrays.append(extra)
+                head = ("rmse", "nll", f"coverage_{round(100 * config['interval'])}") if (
+                    dataset in REGRESSION) else ("accuracy", "nll", "ece")
+                print(f"{task:<20} {name:<24} seed {seed}: " + ", ".join(
+                    f"{k} {metrics_[k]:.4f}" for k in head + ("train_seconds",)), flush=True)
+            mean, std = _summarize(per_seed)
+            models[name] = {"mean": mean, "std": std, "per_seed": per_seed}
+            if arrays[0] is not None:
+                pooled[name] = arrays
+        results["tasks"][task] = {"models": models}
+        if pooled:
+            plot_reliability(pooled, config["ece_bins"], task,
+                             out / f"reliability_{task.replace('/', '_')}.png")
+        (out / "results.json").write_text(json.dumps(results, indent=1))  # after every task
+    results["seconds"] = time.perf_counter() - start
+    results["goals"] = check_goals(results)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    summary = summary_markdown(results)
+    (out / "summary.md").write_text(summary)
+    print(summary)
+    return results
+
+
+# ---------------------------------------------------------------- goals and tables
+def check_goals(results):
+    """Issue #17's goals per task and Bayesian model, against the deterministic twin.
+
+    Classification: NLL <= det, ECE <= det + 0.01, accuracy >= det - 0.01; regression:
+    NLL <= det, RMSE <= 1.05 det, central-interval coverage in [0.85, 0.95]; and NLL and
+    ECE (regression: NLL) below the tfp.layers Flipout model's when it ran. Means over seeds.
+    """
+    goals = {}
+    for task, entry in results["tasks"].items():
+        models = entry["models"]
+        if "deterministic" not in models:
+            continue
+        det = models["deterministic"]["mean"]
+        tfp_ = models.get("tfp_flipout", {}).get("mean")
+        regression = "rmse" in det
+        for name, r in models.items():
+            if name in BASELINES or name.startswith("tfp_"):
+                continue
+            m = r["mean"]
+            checks = {"nll": m["nll"] <= det["nll"]}
+            if regression:
+                cover = next(k for k in m if k.startswith("coverage_"))
+                checks["rmse"] = m["rmse"] <= 1.05 * det["rmse"]
+                checks["coverage"] = 0.85 <= m[cover] <= 0.95
+            else:
+                checks["ece"] = m["ece"] <= det["ece"] + 0.01
+                checks["accuracy"] = m["accuracy"] >= det["accuracy"] - 0.01
+            if tfp_ is not None:
+                checks["beats_tfp"] = m["nll"] < tfp_["nll"] and (
+                    regression or m["ece"] < tfp_["ece"])
+            goals.setdefault(task, {})[name] = checks
+    return goals
+
+
+_COLUMNS = {"classification": {"accuracy": "accuracy", "nll": "NLL", "ece": "ECE",
+                               "entropy": "entropy", "mutual_info": "mutual info",
+                               "auroc_total": "AUROC H", "auroc_epistemic": "AUROC MI"},
+            "regression": {"rmse": "RMSE", "nll": "NLL", "coverage_90": "90 % coverage",
+                           "epistemic_std": "epistemic std", "aleatoric_std": "aleatoric std",
+                           "auroc_total": "AUROC std", "auroc_epistemic": "AUROC epist."}}
+
+
+def summary_markdown(results):
+    """Markdown: one table per task (mean ± std over seeds) and the goal check."""
+    seeds = len(results["config"]["seeds"])
+    lines = [f"Mean ± std over {seeds} seed(s). AUROC: test inputs vs the task's OOD sets "
+             "(mean over sets; 0.5 = chance); H = predictive entropy, MI = mutual information "
+             "(regression: predictive / epistemic std).", ""]
+    for task, entry in results["tasks"].items():
+        first = next(iter(entry["models"].values()))["mean"]
+        kind = "regression" if "rmse" in first else "classification"
+        columns = {k: v for k, v in _COLUMNS[kind].items() if k in first}
+        columns["train_seconds"] = "train s"
+        lines += [f"**{task}**", "", "| model | " + " | ".join(columns.values()) + " |",
+                  "|---|" + "---:|" * len(columns)]
+        for name, r in entry["models"].items():
+            cells = [f"{r['mean'][c]:.3f} ± {r['std'][c]:.3f}" for c in columns]
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+    goals = results.get("goals") or {}
+    if goals:
+        lines += ["**Goals** (✓ met, ✗ missed; vs the deterministic twin, means over seeds)",
+                  "", "| task | model | checks |", "|---|---|---|"]
+        for task, models in goals.items():
+            for name, checks in models.items():
+                cells = ", ".join(f"{k} {'✓' if ok else '✗'}" for k, ok in checks.items())
+                lines.append(f"| {task} | {name} | {cells} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot_reliability(pooled, bins, task, path):
+    """Reliability diagram per model (predictions pooled over seeds)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(pooled), figsize=(2.8 * len(pooled), 3.2), squeeze=False)
+    centers = (np.arange(bins) + 0.5) / bins
+    for ax, (name, arrays) in zip(axes[0], pooled.items(), strict=True):
+        probs = np.concatenate([a["probs"] for a in arrays])
+        labels = np.concatenate([a["labels"] for a in arrays])
+        count, acc_sum, conf_sum = metrics.reliability_bins(probs, labels, bins)
+        seen = count > 0
+        acc = np.where(seen, acc_sum / np.maximum(count, 1), 0.0)
+        conf = np.where(seen, conf_sum / np.maximum(count, 1), 0.0)
+        ece = metrics.expected_calibration_error(probs, labels, bins)
+        ax.bar(centers[seen], acc[seen], width=1 / bins, edgecolor="k", label="accuracy")
+        ax.bar(centers[seen], (conf - acc)[seen], bottom=acc[seen], width=1 / bins,
+               color="tab:red", alpha=0.35, label="gap to confidence")
+        ax.plot([0, 1], [0, 1], "k--", lw=1)
+        ax.set(title=f"{name}\nECE {ece:.3f}", xlabel="confidence", xlim=(0, 1), ylim=(0, 1))
+    axes[0][0].set_ylabel(f"accuracy ({task})")
+    axes[0][0].legend(loc="upper left", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def load_config(presets=(), overrides=()):
+    """Defaults ← presets ← overrides, validated (unknown tasks and models refused)."""
+    config = config_lib.load_dict(CONFIG_PATH, presets, overrides)
+    for task in config["tasks"]:
+        parse_task(task)
+    known = sorted({m for models in FAMILY_MODELS.values() for m in models})
+    unknown = sorted(set(config["models"]) - set(known))
+    if unknown:
+        raise config_lib.ConfigError(f"unknown models {unknown}; known models: {known}")
+    if not config["seeds"]:
+        raise config_lib.ConfigError("seeds: expected at least one seed, received []")
+    return config
+
+
+def main(argv=None):
+    parser = config_lib.add_arguments(argparse.ArgumentParser(
+        description=__doc__.split("\n")[0]))
+    parser.add_argument("--quick", action="store_true", help="the tiny preset (= --preset quick)")
+    args = parser.parse_args(argv)
+    presets = (["quick"] if args.quick else []) + config_lib.parse_presets(args.preset)
+    config = load_config(presets, args.set)
+    if args.out:
+        config["out"] = args.out
+    config_lib.save_dict(config, config["out"])
+    return run(config, config["out"])
+
+
+if __name__ == "__main__":
+    main()
