@@ -29,6 +29,7 @@ __all__ = [
     "LogUniformKLDivergence",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
+    "ScaleMixtureKLDivergence",
     "get",
     "serialize",
     "fan_in",
@@ -187,6 +188,58 @@ class FanInNormalKLDivergence(KLRegularizer):
 
 
 @_register
+class ScaleMixtureKLDivergence(KLRegularizer):
+    """KL to a scale-mixture prior ``π N(0, s1²) + (1 - π) N(0, s2²)`` (Blundell et al., 2015).
+
+    A wide slab (``s1``) barely shrinks the weights the data need, a narrow spike
+    (``s2``) holds the weights it does not need near zero with little noise. The KL
+    to a mixture has no closed form; this is the closed-form bound of mean-field
+    inference over each weight's component ``z`` as well,
+    ``KL(q(w) q(z) || p(w, z))`` minimized over ``q(z)``:
+    ``-H[q(w)] - sum_w logsumexp_k(log π_k + E_q[log N(w; 0, s_k²)])``, an upper bound
+    on ``KL(q(w) || p(w))`` (so the objective stays a lower bound on the evidence),
+    exact when one component dominates. ``s2=None`` scales the spike to the layer:
+    ``s2 = 1 / sqrt(fan_in)`` (see `fan_in`).
+
+    Args:
+      mixture_weight: π, the slab's prior probability.
+      slab_stddev, spike_stddev: s1 and s2 (``spike_stddev=None``: fan-in scaled).
+      scale_factor, dataset_size: as `KLRegularizer`.
+    """
+
+    def __init__(self, mixture_weight=0.5, slab_stddev=1.0, spike_stddev=None,
+                 scale_factor=1.0, dataset_size=None):
+        super().__init__(scale_factor, dataset_size)
+        if not 0.0 < mixture_weight < 1.0:
+            raise ValueError(f"Expected 0 < mixture_weight < 1. Received: "
+                             f"mixture_weight={mixture_weight}")
+        for name, value in (("slab_stddev", slab_stddev), ("spike_stddev", spike_stddev)):
+            if value is not None and not value > 0:
+                raise ValueError(f"Expected a positive {name}. Received: {name}={value}")
+        self.mixture_weight = float(mixture_weight)
+        self.slab_stddev = float(slab_stddev)
+        self.spike_stddev = None if spike_stddev is None else float(spike_stddev)
+
+    def divergence(self, x):
+        loc, scale = _moments(x)
+        if scale is None:
+            raise TypeError("The scale-mixture KL needs a stochastic (normal) posterior.")
+        spike = self.spike_stddev or 1.0 / math.sqrt(fan_in(x))
+        second = tf.square(scale) + tf.square(loc)
+        terms = [math.log(w) - math.log(s) - 0.5 * math.log(2 * math.pi) - second / (2 * s * s)
+                 for w, s in ((self.mixture_weight, self.slab_stddev),
+                              (1.0 - self.mixture_weight, spike))]
+        cross_entropy = -tf.reduce_sum(tf.reduce_logsumexp(tf.stack(terms), axis=0))
+        n = tf.cast(tf.size(loc), loc.dtype)
+        entropy = tf.reduce_sum(_log_scale(x, scale)) + n * 0.5 * math.log(2 * math.pi * math.e)
+        return cross_entropy - entropy
+
+    def get_config(self):
+        return {"mixture_weight": self.mixture_weight, "slab_stddev": self.slab_stddev,
+                "spike_stddev": self.spike_stddev, **super().get_config()}
+
+
+@_register
 class NormalEmpiricalBayesKLDivergence(KLRegularizer):
     """KL(q || N(mean, s^2)) with the prior variance s^2 fitted by empirical Bayes.
 
@@ -246,6 +299,7 @@ def log_alpha_from_moments(loc, scale, clip=8.0):
 _ALIASES = {
     "normal_kl_divergence": NormalKLDivergence,
     "fan_in_normal_kl_divergence": FanInNormalKLDivergence,
+    "scale_mixture_kl_divergence": ScaleMixtureKLDivergence,
     "normal_empirical_bayes_kl_divergence": NormalEmpiricalBayesKLDivergence,
     "log_uniform_kl_divergence": LogUniformKLDivergence,
 }
