@@ -80,9 +80,11 @@ from bayes_planet.layers.recurrent import (
     LSTMCellReparameterization,
 )
 from bayes_planet.layers.regularizers import (
+    FanInNormalKLDivergence,
     LogUniformKLDivergence,
     NormalEmpiricalBayesKLDivergence,
     NormalKLDivergence,
+    ScaleMixtureKLDivergence,
     set_dataset_size,
 )
 from bayes_planet.layers.revnet import RevNetBlock, RevNetSequence
@@ -122,6 +124,7 @@ __all__ = [
     "LSTMCellReparameterization",
     "Linear",
     "LinearMean",
+    "FanInNormalKLDivergence",
     "LogUniformKLDivergence",
     "MADE",
     "Matern12",
@@ -134,6 +137,7 @@ __all__ = [
     "Normal",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
+    "ScaleMixtureKLDivergence",
     "Permutation",
     "PoissonProcess",
     "PositionEmbedding",

@@ -26,6 +26,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import estimators, initializers, regularizers
+from bayes_planet.layers.initializers import DistributionInitializer
 from bayes_planet.layers.base import BayesianLayer, sample_weight, split_seed
 
 __all__ = [
@@ -98,6 +99,16 @@ class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
                 "axes with the leading kernel axes and appends the remaining kernel axes "
                 f"(e.g. 'abc,cde->abde'). Received: equation={equation!r}"
             )
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        if isinstance(self.kernel, DistributionInitializer):
+            # The prior's fan-in: the kernel axes the equation contracts (Keras' shape
+            # convention would also count the heads of a query/key/value projection).
+            lhs, rhs, out = _split_equation(self.equation)
+            dims = [d for c, d in zip(rhs, self.kernel.weight_shape.as_list(), strict=True)
+                    if c in lhs and c not in out]
+            self.kernel.fan_in = int(np.prod(dims)) if dims else 1
 
     def _project(self, x, seed):
         einsum = lambda t, k: tf.einsum(self.equation, t, k)  # noqa: E731

@@ -52,6 +52,9 @@ class DistributionInitializer(keras.layers.Layer):
         kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
         self.weight_shape = None
+        # Set by a layer whose weight shape does not tell its fan-in (priors scaled to
+        # the layer read it through `regularizers.fan_in`).
+        self.fan_in = None
 
     def __call__(self, shape, dtype=None, **kwargs):  # pylint: disable=arguments-differ
         del kwargs  # `partition_info` etc. from the Keras initializer protocol.
