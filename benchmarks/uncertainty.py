@@ -96,7 +96,6 @@ def _tabular(x, y, seed, cfg, regression):
 
 
 def _digits(seed, cfg, image):
-    from scipy import ndimage
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -107,7 +106,6 @@ def _digits(seed, cfg, image):
     ood = {"rotated_90": np.rot90(test_images, 1, axes=(1, 2)),
            "noisy": np.clip(test_images + rng.normal(0, 0.5, test_images.shape), 0, 1),
            "uniform": rng.uniform(0, 1, test_images.shape)}
-    del ndimage
     shape = (8, 8, 1) if image else (64,)
     fix = lambda a: np.asarray(a, np.float32).reshape((len(a),) + shape)  # noqa: E731
     return {"x_train": fix(images[train]), "y_train": digits.target[train],

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from benchmarks import uncertainty
 from bayes_planet.config import ConfigError
+from benchmarks import uncertainty
 
 
 def test_quick_preset_runs_every_family(tmp_path):

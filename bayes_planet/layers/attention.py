@@ -26,8 +26,8 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import estimators, initializers, regularizers
-from bayes_planet.layers.initializers import DistributionInitializer
 from bayes_planet.layers.base import BayesianLayer, sample_weight, split_seed
+from bayes_planet.layers.initializers import DistributionInitializer
 
 __all__ = [
     "EinsumDenseFlipout",
