@@ -67,7 +67,7 @@ def test_scale_mixture_kl_bounds_the_monte_carlo_kl_from_above(spike):
     error is < 0.02 nats here, the tolerance 0.05)."""
     init = _posterior((6, 3), seed=3)
     reg = bl.ScaleMixtureKLDivergence(0.5, slab_stddev=1.0, spike_stddev=spike)
-    spike_std = spike or 1 / math.sqrt(6.0)
+    spike_std = spike or 0.1 / math.sqrt(6.0)
     prior = tfd.Mixture(tfd.Categorical(probs=[0.5, 0.5]),
                         [tfd.Normal(0.0, 1.0), tfd.Normal(0.0, spike_std)])
     q = tfd.Normal(init.loc(), init.scale())
@@ -83,13 +83,15 @@ def test_new_priors_resolve_serialize_and_validate():
     for alias, cls in (("fan_in_normal_kl_divergence", bl.FanInNormalKLDivergence),
                        ("scale_mixture_kl_divergence", bl.ScaleMixtureKLDivergence)):
         assert isinstance(regularizers.get(alias), cls)
-    reg = bl.ScaleMixtureKLDivergence(0.25, 2.0, 0.1, dataset_size=7)
+    reg = bl.ScaleMixtureKLDivergence(0.25, 2.0, 0.1, spike_gain=0.3, dataset_size=7)
     back = regularizers.get(regularizers.serialize(reg))
     assert back.get_config() == reg.get_config()
     with pytest.raises(ValueError, match="mixture_weight=1.0"):
         bl.ScaleMixtureKLDivergence(mixture_weight=1.0)
     with pytest.raises(ValueError, match="spike_stddev=0"):
         bl.ScaleMixtureKLDivergence(spike_stddev=0)
+    with pytest.raises(ValueError, match="spike_gain=0"):
+        bl.ScaleMixtureKLDivergence(spike_gain=0)
     with pytest.raises(ValueError, match="gain=-1"):
         bl.FanInNormalKLDivergence(gain=-1)
 
@@ -107,3 +109,22 @@ def test_attention_projections_report_the_contracted_fan_in():
     expected = tf.reduce_sum(tfd.kl_divergence(tfd.Normal(kernel.loc(), kernel.scale()),
                                                tfd.Normal(0.0, 1 / math.sqrt(32))))
     np.testing.assert_allclose(bl.FanInNormalKLDivergence()(kernel), expected, rtol=1e-5)
+
+
+def test_layers_default_to_the_scale_mixture_prior():
+    """The kernel KL of a default layer is the scale-mixture bound with a spike scaled to
+    the layer; kernel_regularizer='normal_kl_divergence' gives back the N(0, 1) prior."""
+    x = tf.ones([4, 16])
+    for layer in (bl.DenseFlipout(8), bl.DenseReparameterization(8),
+                  bl.DenseLocalReparameterization(8)):
+        layer(x)
+        assert isinstance(layer.kernel_regularizer, bl.ScaleMixtureKLDivergence)
+        expected = bl.ScaleMixtureKLDivergence()(layer.kernel)
+        np.testing.assert_allclose(sum(layer.losses), expected, rtol=1e-6)
+        assert layer.kernel_regularizer.spike(layer.kernel) == pytest.approx(0.1 / 4.0)
+    old = bl.DenseFlipout(8, kernel_regularizer="normal_kl_divergence")
+    old(x)
+    np.testing.assert_allclose(sum(old.losses), bl.NormalKLDivergence()(old.kernel), rtol=1e-6)
+    for cell in (bl.LSTMCellFlipout(4), bl.GRUCellReparameterization(4)):
+        assert isinstance(cell.kernel_regularizer, bl.ScaleMixtureKLDivergence)
+        assert isinstance(cell.recurrent_regularizer, bl.ScaleMixtureKLDivergence)
