@@ -128,3 +128,13 @@ def test_layers_default_to_the_scale_mixture_prior():
     for cell in (bl.LSTMCellFlipout(4), bl.GRUCellReparameterization(4)):
         assert isinstance(cell.kernel_regularizer, bl.ScaleMixtureKLDivergence)
         assert isinstance(cell.recurrent_regularizer, bl.ScaleMixtureKLDivergence)
+
+
+def test_scale_mixture_on_a_point_mass_is_the_negative_log_prior_density():
+    init = bl.TrainableDeterministic(tf.keras.initializers.RandomNormal(stddev=0.2, seed=5))
+    init.build((5, 4), tf.float32)
+    reg = bl.ScaleMixtureKLDivergence(0.3, slab_stddev=1.0, spike_stddev=0.05)
+    prior = tfd.Mixture(tfd.Categorical(probs=[0.3, 0.7]),
+                        [tfd.Normal(0.0, 1.0), tfd.Normal(0.0, 0.05)])
+    expected = -tf.reduce_sum(prior.log_prob(init.loc()))
+    np.testing.assert_allclose(reg(init), expected, rtol=1e-5)
