@@ -46,12 +46,8 @@ ESTIMATORS = {
 }
 
 
-def dense_factory(estimator, prior_stddev=None, seed=0):
-    """A ``(units, activation, name) -> layer`` factory for the chosen estimator.
-
-    ``prior_stddev=None`` keeps the layers' default prior; a number gives every kernel
-    the N(0, prior_stddev²) prior (``1.0``: the world model's prior before issue #17).
-    """
+def dense_factory(estimator, prior_stddev=1.0, seed=0):
+    """A ``(units, activation, name) -> layer`` factory for the chosen estimator."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"Unknown estimator. Expected one of {sorted(ESTIMATORS)}. "
                          f"Received: estimator={estimator!r}")
@@ -61,9 +57,8 @@ def dense_factory(estimator, prior_stddev=None, seed=0):
     def make(units, activation=None, name=None):
         if cls is None:
             return keras.layers.Dense(units, activation, name=name)
-        prior = {} if prior_stddev is None else {
-            "kernel_regularizer": NormalKLDivergence(stddev=prior_stddev)}
-        return cls(units, activation=activation, name=name, seed=next(counter), **prior)
+        return cls(units, activation=activation, name=name, seed=next(counter),
+                   kernel_regularizer=NormalKLDivergence(stddev=prior_stddev))
 
     return make
 
@@ -79,13 +74,12 @@ class RSSM(keras.layers.Layer):
       estimator: transition layers' estimator, one of `ESTIMATORS`.
       bayesian_gru: if True (and the estimator is not deterministic), the GRU cell
         is `bayes_planet.layers.GRUCellReparameterization`/`GRUCellFlipout`.
-      weight_prior_stddev: None (the Bayesian layers' default prior) or the stddev
-        of an N(0, s²) prior on every transition weight.
+      weight_prior_stddev: stddev of the N(0, s²) weight prior.
       seed: seeds the Bayesian layers' noise.
     """
 
     def __init__(self, deter=200, stoch=30, hidden=200, min_stddev=0.1,
-                 estimator="deterministic", bayesian_gru=False, weight_prior_stddev=None,
+                 estimator="deterministic", bayesian_gru=False, weight_prior_stddev=1.0,
                  seed=0, **kwargs):
         super().__init__(**kwargs)
         self.deter_size, self.stoch_size, self.min_stddev = deter, stoch, min_stddev

@@ -66,11 +66,6 @@ def dense_cases(units):
         "keras Dense": lambda: keras.layers.Dense(units),
         "DenseReparameterization": lambda: bl.DenseReparameterization(units, seed=0),
         "DenseFlipout": lambda: bl.DenseFlipout(units, seed=0),
-        # The default prior (scale mixture) against the old N(0, 1) prior's closed form.
-        "DenseReparameterization, N(0, 1) prior": lambda: bl.DenseReparameterization(
-            units, seed=0, kernel_regularizer="normal_kl_divergence"),
-        "DenseFlipout, N(0, 1) prior": lambda: bl.DenseFlipout(
-            units, seed=0, kernel_regularizer="normal_kl_divergence"),
         "DenseLocalReparameterization": lambda: bl.DenseLocalReparameterization(units, seed=0),
         "DenseVariationalDropout": lambda: bl.DenseVariationalDropout(units, seed=0),
         "DenseDVI": lambda: bl.DenseDVI(units, seed=0),

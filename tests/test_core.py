@@ -165,8 +165,7 @@ def test_model_fit_adds_kl_scaled_by_dataset_size():
     """evaluate() loss == data loss + KL / N: KL terms reach model.fit, scaled once."""
     x = np.random.default_rng(0).standard_normal((16, 3)).astype("float32")
     y = np.zeros((16, 2), "float32")
-    layer = bl.DenseFlipout(2, kernel_initializer="trainable_deterministic", seed=0,
-                            kernel_regularizer="normal_kl_divergence")
+    layer = bl.DenseFlipout(2, kernel_initializer="trainable_deterministic", seed=0)
     model = keras.Sequential([keras.Input((3,)), layer])
     assert bl.set_dataset_size(model, 100) == 1
     model.compile(loss="mse")

@@ -4,7 +4,7 @@
 ``keras.layers.MultiHeadAttention`` (same arguments, call signature, masks and
 shapes) whose four ``EinsumDense`` projections are Bayesian: each kernel is a
 distribution (``'trainable_normal'``) with its KL to the prior
-(``'scale_mixture_kl_divergence'``) in ``layer.losses``. The Bayesian Transformer of
+(``'normal_kl_divergence'``) in ``layer.losses``. The Bayesian Transformer of
 Bayesian Layers (Tran et al., 2019, Sec. 3) uses the Flipout version.
 
 The projections are `EinsumDenseReparameterization` / `EinsumDenseFlipout`,
@@ -68,7 +68,7 @@ class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
     Args: as `keras.layers.EinsumDense` (``equation``, ``output_shape``,
       ``activation``, ``bias_axes``, ...), with Bayesian defaults
       ``kernel_initializer='trainable_normal'`` and
-      ``kernel_regularizer='scale_mixture_kl_divergence'``, plus ``seed``.
+      ``kernel_regularizer='normal_kl_divergence'``, plus ``seed``.
 
     Shapes: as the equation says; e.g. ``'abc,cde->abde'`` maps ``[B, T, C]`` to
     ``[B, T, D, E]``.
@@ -78,7 +78,7 @@ class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
 
     def __init__(self, equation, output_shape, activation=None, bias_axes=None,
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
-                 kernel_regularizer="scale_mixture_kl_divergence", bias_regularizer=None,
+                 kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
                  seed=None, **kwargs):
         super().__init__(
             equation=equation,
@@ -174,7 +174,7 @@ class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
       ``value_dim``, ``dropout``, ``use_bias``, ``output_shape``,
       ``attention_axes``, ...), with Bayesian defaults
       ``kernel_initializer='trainable_normal'`` and
-      ``kernel_regularizer='scale_mixture_kl_divergence'`` (each projection gets a fresh
+      ``kernel_regularizer='normal_kl_divergence'`` (each projection gets a fresh
       initializer built from this one), plus ``seed``: the projections' seeds are
       derived from it and their names (None: random).
 
@@ -187,7 +187,7 @@ class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
     def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True,
                  output_shape=None, attention_axes=None,
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
-                 kernel_regularizer="scale_mixture_kl_divergence", bias_regularizer=None,
+                 kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
                  seed=None, **kwargs):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):

@@ -2,7 +2,7 @@
 
 Each class is the Keras convolution with a distribution over its kernel
 (``kernel_initializer='trainable_normal'``) and the KL to the prior as regularizer
-(``kernel_regularizer='scale_mixture_kl_divergence'``); arguments and shapes are the Keras
+(``kernel_regularizer='normal_kl_divergence'``); arguments and shapes are the Keras
 layer's plus ``seed``. The estimators are those of `bayes_planet.layers.estimators`
 with the convolution as the linear op.
 """
@@ -41,7 +41,7 @@ class _BayesianConv(BayesianLayer):
     _estimator = None
 
     def __init__(self, filters, kernel_size, kernel_initializer="trainable_normal",
-                 bias_initializer="zeros", kernel_regularizer="scale_mixture_kl_divergence",
+                 bias_initializer="zeros", kernel_regularizer="normal_kl_divergence",
                  bias_regularizer=None, seed=None, **kwargs):
         if kwargs.get("groups", 1) != 1:
             raise ValueError(f"Expected groups=1. Received: groups={kwargs['groups']}")
@@ -74,7 +74,7 @@ _DOC = """{family} with the {estimator} estimator ({cite}).
 
     A Bayesian `keras.layers.{family}`: same arguments and shapes, plus ``seed``;
     the kernel is a distribution (``trainable_normal``) and its KL to the prior
-    (``scale_mixture_kl_divergence``) is in ``layer.losses``. {how}
+    (``normal_kl_divergence``) is in ``layer.losses``. {how}
     """
 _REPARAM = ("reparameterization", "Blundell et al., 2015",
             "One kernel sample per call, shared by the batch.")

@@ -2,7 +2,7 @@
 
 Each class is ``keras.layers.Dense`` with a distribution over its kernel
 (``kernel_initializer='trainable_normal'``) and the KL to the prior as its
-regularizer (``kernel_regularizer='scale_mixture_kl_divergence'``). Constructor arguments
+regularizer (``kernel_regularizer='normal_kl_divergence'``). Constructor arguments
 and input/output shapes are Dense's plus ``seed``; the estimators differ only in
 how the noisy pre-activation is computed.
 """
@@ -41,7 +41,7 @@ class _BayesianDense(BayesianLayer, keras.layers.Dense):
     """Dense with a distribution over the kernel; subclasses define ``_matmul``.
 
     Args: as `keras.layers.Dense`, with Bayesian defaults for ``kernel_initializer``
-      (``'trainable_normal'``) and ``kernel_regularizer`` (``'scale_mixture_kl_divergence'``),
+      (``'trainable_normal'``) and ``kernel_regularizer`` (``'normal_kl_divergence'``),
       plus ``seed`` (int or None) for reproducible noise.
 
     Input shape: ``(batch, ..., input_dim)``. Output shape: ``(batch, ..., units)``.
@@ -49,7 +49,7 @@ class _BayesianDense(BayesianLayer, keras.layers.Dense):
 
     def __init__(self, units, activation=None, use_bias=True,
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
-                 kernel_regularizer="scale_mixture_kl_divergence", bias_regularizer=None,
+                 kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
                  seed=None, **kwargs):
         super().__init__(

@@ -3,7 +3,7 @@
 Each class is the Keras cell (``keras.layers.LSTMCell`` / ``GRUCell``: same
 arguments, state structure and call signature, usable in ``keras.layers.RNN``)
 whose ``kernel`` and ``recurrent_kernel`` are distributions
-(``'trainable_normal'``) with their KL to the prior (``'scale_mixture_kl_divergence'``)
+(``'trainable_normal'``) with their KL to the prior (``'normal_kl_divergence'``)
 in ``layer.losses`` (Fortunato et al., 2017; Bayesian Layers, Fig. 1). The bias is
 a point estimate unless a distribution initializer is passed for it.
 
@@ -146,8 +146,8 @@ class _BayesianCell(BayesianLayer):
 
     def __init__(self, units, kernel_initializer="trainable_normal",
                  recurrent_initializer="trainable_normal", bias_initializer="zeros",
-                 kernel_regularizer="scale_mixture_kl_divergence",
-                 recurrent_regularizer="scale_mixture_kl_divergence", bias_regularizer=None,
+                 kernel_regularizer="normal_kl_divergence",
+                 recurrent_regularizer="normal_kl_divergence", bias_regularizer=None,
                  seed=None, sampling="sequence", **kwargs):
         if sampling not in SAMPLINGS:
             raise ValueError(f"Expected sampling in {SAMPLINGS}. Received: sampling={sampling!r}")
@@ -337,8 +337,8 @@ class _BayesianLSTMCell(_BayesianCell, keras.layers.LSTMCell):
       ``recurrent_dropout``, constraints, ...), with Bayesian defaults
       ``kernel_initializer='trainable_normal'``,
       ``recurrent_initializer='trainable_normal'``,
-      ``kernel_regularizer='scale_mixture_kl_divergence'``,
-      ``recurrent_regularizer='scale_mixture_kl_divergence'``, plus ``seed`` (int or None)
+      ``kernel_regularizer='normal_kl_divergence'``,
+      ``recurrent_regularizer='normal_kl_divergence'``, plus ``seed`` (int or None)
       and ``sampling`` (``'sequence'`` or ``'step'``). The step is always the
       fused (``implementation=2``) computation ``z = x W + h U + b``.
 
@@ -388,8 +388,8 @@ class _BayesianGRUCell(_BayesianCell, keras.layers.GRUCell):
       ``recurrent_dropout``, constraints, ...), with Bayesian defaults
       ``kernel_initializer='trainable_normal'``,
       ``recurrent_initializer='trainable_normal'``,
-      ``kernel_regularizer='scale_mixture_kl_divergence'``,
-      ``recurrent_regularizer='scale_mixture_kl_divergence'``, plus ``seed`` and
+      ``kernel_regularizer='normal_kl_divergence'``,
+      ``recurrent_regularizer='normal_kl_divergence'``, plus ``seed`` and
       ``sampling`` (``'sequence'`` or ``'step'``). The step is the fused
       (``implementation=2``) computation.
 
