@@ -10,6 +10,7 @@ Regression: ``S`` Gaussian predictions ``N(mean_s, scale_s²)`` per input, whose
 * `entropy`, `mutual_information`: total and epistemic uncertainty (Houlsby et al.,
   2011; Depeweg et al., 2018), `auroc` to score OOD detection by either.
 * `classification_metrics`, `regression_metrics`: the benchmark's headline numbers.
+* `gaussian_nll`: the Keras loss of a Gaussian regression head (imports TensorFlow).
 """
 
 import math
@@ -21,6 +22,7 @@ __all__ = [
     "classification_metrics",
     "entropy",
     "expected_calibration_error",
+    "gaussian_nll",
     "mixture_cdf",
     "mutual_information",
     "regression_metrics",
@@ -128,3 +130,17 @@ def regression_metrics(means, scales, y, interval=0.9, y_scale=1.0):
             f"coverage_{round(100 * interval)}": float(np.mean((cdf >= tail) & (cdf <= 1 - tail))),
             "epistemic_std": float(means.std(0).mean() * y_scale),
             "aleatoric_std": float(np.sqrt((scales ** 2).mean(0)).mean() * y_scale)}
+
+
+def gaussian_nll(y_true, y_pred):
+    """Keras loss: mean negative log density of ``y_true`` under N(mean, softplus(raw) + 1e-3).
+
+    ``y_pred[..., 0]`` is the mean, ``y_pred[..., 1]`` the raw (pre-softplus) scale; the
+    head that `regression_metrics` evaluates (``scales = softplus(raw) + 1e-3``).
+    """
+    import tensorflow as tf
+
+    mean, scale = y_pred[..., 0], tf.nn.softplus(y_pred[..., 1]) + 1e-3
+    y = tf.reshape(tf.cast(y_true, mean.dtype), tf.shape(mean))
+    return tf.reduce_mean(0.5 * math.log(2 * math.pi) + tf.math.log(scale)
+                          + 0.5 * tf.square((y - mean) / scale))

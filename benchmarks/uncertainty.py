@@ -257,21 +257,11 @@ def build_model(family, model, data, fcfg, seed, kernel_regularizer=None):
     return keras.Sequential(stack)
 
 
-def gaussian_nll(y_true, y_pred):
-    """Mean negative log density of ``y_true`` under N(mean, softplus(raw) + 1e-3)."""
-    from bayes_planet._keras import tf
-
-    mean, scale = y_pred[..., 0], tf.nn.softplus(y_pred[..., 1]) + 1e-3
-    y = tf.reshape(tf.cast(y_true, mean.dtype), tf.shape(mean))
-    return tf.reduce_mean(0.5 * math.log(2 * math.pi) + tf.math.log(scale)
-                          + 0.5 * tf.square((y - mean) / scale))
-
-
 def fit(model, data, fcfg, regression):
     """The plain Keras workflow: compile + fit for about ``steps`` Adam steps."""
     from bayes_planet._keras import keras
 
-    loss = gaussian_nll if regression else keras.losses.SparseCategoricalCrossentropy(
+    loss = metrics.gaussian_nll if regression else keras.losses.SparseCategoricalCrossentropy(
         from_logits=True)
     model.compile(optimizer=keras.optimizers.Adam(fcfg["learning_rate"]), loss=loss)
     per_epoch = math.ceil(len(data["x_train"]) / fcfg["batch_size"])

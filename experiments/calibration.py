@@ -34,7 +34,6 @@ over seeds. Writes ``config.yaml``, ``results.json``, ``summary.md``,
 
 import argparse
 import json
-import math
 import pathlib
 import time
 
@@ -42,48 +41,17 @@ import numpy as np
 
 from bayes_planet import config as _config  # noqa: E402
 
+# The metrics live in bayes_planet.metrics (re-exported here for the tests).
+from bayes_planet.metrics import (  # noqa: E402, F401
+    auroc,
+    entropy,
+    expected_calibration_error,
+    gaussian_nll,
+    mutual_information,
+    reliability_bins,
+)
+
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
-
-
-# ---------------------------------------------------------------- metrics (numpy only)
-def reliability_bins(probs, labels, bins=15):
-    """Per-bin ``(count, accuracy_sum, confidence_sum)`` over equal-width confidence bins.
-
-    Bin ``k`` holds the examples whose confidence ``max_c p_c`` lies in ``(k/M, (k+1)/M]``
-    (confidence 0 goes to bin 0).
-    """
-    probs, labels = np.asarray(probs, np.float64), np.asarray(labels)
-    confidence = probs.max(-1)
-    correct = (probs.argmax(-1) == labels).astype(np.float64)
-    index = np.clip(np.ceil(confidence * bins).astype(int) - 1, 0, bins - 1)
-    count = np.bincount(index, minlength=bins)
-    return (count, np.bincount(index, weights=correct, minlength=bins),
-            np.bincount(index, weights=confidence, minlength=bins))
-
-
-def expected_calibration_error(probs, labels, bins=15):
-    """``sum_b (n_b / N) |accuracy_b - confidence_b|`` (Guo et al., 2017), M = ``bins``."""
-    count, acc_sum, conf_sum = reliability_bins(probs, labels, bins)
-    return float(np.abs(acc_sum - conf_sum).sum() / count.sum())
-
-
-def entropy(probs):
-    """Entropy in nats along the last axis."""
-    probs = np.asarray(probs, np.float64)
-    return -(probs * np.log(np.clip(probs, 1e-12, None))).sum(-1)
-
-
-def mutual_information(prob_samples):
-    """``H[mean_s p_s] - mean_s H[p_s]`` for ``[S, N, C]`` samples: the epistemic part."""
-    return np.maximum(entropy(prob_samples.mean(0)) - entropy(prob_samples).mean(0), 0.0)
-
-
-def auroc(in_scores, out_scores):
-    """AUROC of telling OOD (positive) from in-distribution by a score (higher = OOD)."""
-    from sklearn.metrics import roc_auc_score
-
-    labels = np.r_[np.zeros(len(in_scores)), np.ones(len(out_scores))]
-    return float(roc_auc_score(labels, np.r_[in_scores, out_scores]))
 
 
 # ---------------------------------------------------------------- data
@@ -215,16 +183,6 @@ def run_digits(kind, seed, cfg, config):
         metrics[f"auroc_entropy_{name}"] = auroc(h_in, h)
         metrics[f"auroc_mutual_info_{name}"] = auroc(mi_in, mi)
     return metrics, {"probs": probs, "labels": y, "entropies": entropies}
-
-
-def gaussian_nll(y_true, y_pred):
-    """Mean negative log density of ``y_true`` under N(mean, softplus(raw) + 1e-3)."""
-    from bayes_planet._keras import tf
-
-    mean, scale = y_pred[..., 0], tf.nn.softplus(y_pred[..., 1]) + 1e-3
-    y = tf.reshape(tf.cast(y_true, mean.dtype), tf.shape(mean))
-    return tf.reduce_mean(0.5 * math.log(2 * math.pi) + tf.math.log(scale)
-                          + 0.5 * tf.square((y - mean) / scale))
 
 
 def run_diabetes(kind, seed, cfg, config):
