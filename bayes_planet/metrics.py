@@ -27,6 +27,7 @@ __all__ = [
     "mutual_information",
     "regression_metrics",
     "reliability_bins",
+    "summarize_seeds",
 ]
 
 
@@ -130,6 +131,13 @@ def regression_metrics(means, scales, y, interval=0.9, y_scale=1.0):
             f"coverage_{round(100 * interval)}": float(np.mean((cdf >= tail) & (cdf <= 1 - tail))),
             "epistemic_std": float(means.std(0).mean() * y_scale),
             "aleatoric_std": float(np.sqrt((scales ** 2).mean(0)).mean() * y_scale)}
+
+
+def summarize_seeds(per_seed):
+    """``(mean, std)`` over seeds of every metric of a list of per-seed metric dicts."""
+    keys = per_seed[0].keys()
+    return ({k: float(np.mean([r[k] for r in per_seed])) for k in keys},
+            {k: float(np.std([r[k] for r in per_seed])) for k in keys})
 
 
 def gaussian_nll(y_true, y_pred):

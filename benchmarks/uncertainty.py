@@ -328,12 +328,6 @@ def evaluate(family, dataset, model_name, seed, config):
     return result, arrays
 
 
-def _summarize(per_seed):
-    keys = per_seed[0].keys()
-    return ({k: float(np.mean([r[k] for r in per_seed])) for k in keys},
-            {k: float(np.std([r[k] for r in per_seed])) for k in keys})
-
-
 def run(config, out):
     """Every task x model x seed; writes results.json, summary.md and the plots."""
     out = pathlib.Path(out)
@@ -355,7 +349,7 @@ def run(config, out):
                     dataset in REGRESSION) else ("accuracy", "nll", "ece")
                 print(f"{task:<20} {name:<24} seed {seed}: " + ", ".join(
                     f"{k} {metrics_[k]:.4f}" for k in head + ("train_seconds",)), flush=True)
-            mean, std = _summarize(per_seed)
+            mean, std = metrics.summarize_seeds(per_seed)
             models[name] = {"mean": mean, "std": std, "per_seed": per_seed}
             if arrays[0] is not None:
                 pooled[name] = arrays

@@ -49,6 +49,7 @@ from bayes_planet.metrics import (  # noqa: E402, F401
     gaussian_nll,
     mutual_information,
     reliability_bins,
+    summarize_seeds,
 )
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
@@ -217,12 +218,6 @@ def run_diabetes(kind, seed, cfg, config):
 
 
 # ---------------------------------------------------------------- the experiment
-def _summarize(per_seed):
-    keys = per_seed[0].keys()
-    return ({k: float(np.mean([r[k] for r in per_seed])) for k in keys},
-            {k: float(np.std([r[k] for r in per_seed])) for k in keys})
-
-
 def run(config, out):
     out = pathlib.Path(out)
     results = {"config": config, "tasks": {}}
@@ -242,7 +237,7 @@ def run(config, out):
                 print(f"{task:<9} {kind:<25} seed {seed}: "
                       + ", ".join(f"{k} {v:.3f}" for k, v in list(metrics.items())[:4]),
                       flush=True)
-            mean, std = _summarize(per_seed)
+            mean, std = summarize_seeds(per_seed)
             models[kind] = {"mean": mean, "std": std, "per_seed": per_seed}
             if task == "digits":
                 pooled[kind] = arrays

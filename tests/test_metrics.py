@@ -56,3 +56,9 @@ def test_mixture_cdf_is_the_mixture_of_normal_cdfs():
     means, scales = np.array([[0.0], [2.0]]), np.array([[1.0], [0.5]])
     got = metrics.mixture_cdf(np.array([1.0]), means, scales)
     assert got[0] == pytest.approx(0.5 * (norm.cdf(1.0) + norm.cdf(-2.0)))
+
+
+def test_summarize_seeds_gives_mean_and_population_std_per_metric():
+    mean, std = metrics.summarize_seeds([{"nll": 1.0, "ece": 0.1}, {"nll": 3.0, "ece": 0.3}])
+    assert mean == pytest.approx({"nll": 2.0, "ece": 0.2})
+    assert std == pytest.approx({"nll": 1.0, "ece": 0.1})
