@@ -243,6 +243,7 @@ def build_model(family, model, data, fcfg, seed, kernel_regularizer=None):
             int(data["x_train"].max()) + 1, shape[0], outputs, d_model=fcfg["d_model"],
             num_heads=fcfg["num_heads"], ff_dim=fcfg["ff_dim"], num_layers=fcfg["num_layers"],
             attention=attention, feed_forward=feed_forward, seed=seed,
+            kernel_regularizer=None if model in BASELINES else kernel_regularizer,
             dropout=fcfg["dropout"] if model == "deterministic_dropout" else 0.0)
     stack = [keras.Input(shape)]
     if family == "mlp":

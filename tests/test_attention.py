@@ -233,6 +233,28 @@ def test_transformer_estimators_and_deterministic_baseline():
     np.testing.assert_allclose(causal(tokens)[:, :-1], causal(changed)[:, :-1], atol=1e-6)
 
 
+def test_transformer_kernel_regularizer_reaches_every_bayesian_sublayer():
+    from bayes_planet.layers.regularizers import NormalKLDivergence, ScaleMixtureKLDivergence
+
+    model = build_transformer(7, 5, 7, d_model=8, num_heads=2, ff_dim=16, num_layers=2, seed=0,
+                              feed_forward="flipout",
+                              kernel_regularizer="scale_mixture_kl_divergence")
+    default = build_transformer(7, 5, 7, d_model=8, num_heads=2, ff_dim=16, num_layers=1, seed=0)
+    from bayes_planet.layers.base import BayesianLayer
+
+    priors = [layer.kernel_regularizer for layer in model.submodules
+              if isinstance(layer, BayesianLayer)]
+    assert len(priors) == 12 and all(isinstance(p, ScaleMixtureKLDivergence) for p in priors)
+    # One instance per sublayer (an attention layer's 4 projections share its own).
+    assert len({id(p) for p in priors}) == 2 * 3
+    assert isinstance(default.get_layer("block_0").ff_in.kernel_regularizer, NormalKLDivergence)
+    config = model.get_layer("block_0").get_config()
+    clone = TransformerBlock.from_config(config)
+    assert clone.get_config()["kernel_regularizer"] == config["kernel_regularizer"]
+    with pytest.raises(ValueError, match="no_such_prior"):
+        TransformerBlock(2, 4, 8, kernel_regularizer="no_such_prior")
+
+
 def test_transformer_save_round_trip(tmp_path):
     model = build_transformer(7, 5, 7, d_model=8, num_heads=2, ff_dim=16, num_layers=1, seed=2)
     tokens = np.random.default_rng(0).integers(0, 7, (3, 5))

@@ -9,6 +9,7 @@ arguments, so the deterministic baseline is the same block with
 learned positions + blocks + a deterministic per-token softmax head).
 """
 
+import copy
 import zlib
 
 import tensorflow as tf
@@ -16,6 +17,7 @@ import tensorflow as tf
 from bayes_planet._keras import keras
 from bayes_planet.layers import attention as attention_lib
 from bayes_planet.layers import dense as dense_lib
+from bayes_planet.layers import regularizers
 from bayes_planet.layers.base import check_positive_int
 
 __all__ = ["PositionEmbedding", "TransformerBlock", "build_transformer"]
@@ -66,6 +68,8 @@ class TransformerBlock(keras.layers.Layer):
       activation: feed-forward activation.
       causal: if True, position t attends only to positions <= t.
       seed: int or None; Bayesian sublayers get seeds derived from it.
+      kernel_regularizer: the prior of the Bayesian sublayers' kernels (a KL
+        regularizer, alias or config); None keeps each layer's own default.
 
     Input: ``[batch, length, d_model]``; optional ``mask`` ``[batch, length]``
     (True = real token). Output: same shape as the input.
@@ -73,7 +77,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def __init__(self, num_heads, key_dim, ff_dim, attention="flipout",
                  feed_forward="local_reparameterization", dropout=0.0, activation="relu",
-                 causal=False, seed=None, **kwargs):
+                 causal=False, seed=None, kernel_regularizer=None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.key_dim = check_positive_int("key_dim", key_dim)
@@ -86,21 +90,29 @@ class TransformerBlock(keras.layers.Layer):
         self.activation = keras.activations.get(activation)
         self.causal = bool(causal)
         self.seed = seed
+        self.kernel_regularizer = (None if kernel_regularizer is None else
+                                   regularizers.serialize(regularizers.get(kernel_regularizer)))
         self.supports_masking = True
+
+    def _prior(self):
+        """``{'kernel_regularizer': fresh instance}``, or ``{}`` for the layers' default."""
+        if self.kernel_regularizer is None:
+            return {}
+        return {"kernel_regularizer": regularizers.get(copy.deepcopy(self.kernel_regularizer))}
 
     def build(self, input_shape):
         d_model = int(input_shape[-1])
         att_kwargs = {"num_heads": self.num_heads, "key_dim": self.key_dim,
                       "dropout": self.dropout, "dtype": self.dtype_policy, "name": "attention"}
         if self.attention != "deterministic":
-            att_kwargs["seed"] = _sub_seed(self.seed, "attention")
+            att_kwargs.update(seed=_sub_seed(self.seed, "attention"), **self._prior())
         self.attention_layer = ATTENTION_ESTIMATORS[self.attention](**att_kwargs)
         dense_cls = FEED_FORWARD_ESTIMATORS[self.feed_forward]
 
         def dense(units, name, activation=None):
             kwargs = {"activation": activation, "dtype": self.dtype_policy, "name": name}
             if self.feed_forward != "deterministic":
-                kwargs["seed"] = _sub_seed(self.seed, name)
+                kwargs.update(seed=_sub_seed(self.seed, name), **self._prior())
             return dense_cls(units, **kwargs)
 
         self.ff_in = dense(self.ff_dim, "ff_in", self.activation)
@@ -140,7 +152,7 @@ class TransformerBlock(keras.layers.Layer):
             num_heads=self.num_heads, key_dim=self.key_dim, ff_dim=self.ff_dim,
             attention=self.attention, feed_forward=self.feed_forward, dropout=self.dropout,
             activation=keras.activations.serialize(self.activation), causal=self.causal,
-            seed=self.seed,
+            seed=self.seed, kernel_regularizer=copy.deepcopy(self.kernel_regularizer),
         )
         return config
 
@@ -181,14 +193,15 @@ class PositionEmbedding(keras.layers.Layer):
 def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, ff_dim=128,
                       num_layers=2, attention="flipout",
                       feed_forward="local_reparameterization", dropout=0.0, causal=False,
-                      seed=None, name="bayesian_transformer"):
+                      seed=None, kernel_regularizer=None, name="bayesian_transformer"):
     """A small (Bayesian) Transformer over token sequences: per-token class logits.
 
     Token + learned position embeddings, ``num_layers`` `TransformerBlock`s with the
     given estimators, and a deterministic ``Dense(num_classes)`` head (as the
     paper's Bayesian Transformer, only attention and feed-forward layers are
     Bayesian). ``attention='deterministic', feed_forward='deterministic'`` gives
-    the plain Transformer baseline.
+    the plain Transformer baseline. ``kernel_regularizer`` (None: the layers'
+    default prior) is passed to every block.
 
     Input: int tokens ``[batch, length]``. Output: logits
     ``[batch, length, num_classes]``. Returns a functional `keras.Model`.
@@ -199,7 +212,8 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
     for i in range(num_layers):
         x = TransformerBlock(num_heads, d_model // num_heads, ff_dim, attention=attention,
                              feed_forward=feed_forward, dropout=dropout, causal=causal,
-                             seed=_sub_seed(seed, f"block{i}"), name=f"block_{i}")(x)
+                             seed=_sub_seed(seed, f"block{i}"),
+                             kernel_regularizer=kernel_regularizer, name=f"block_{i}")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
     return keras.Model(tokens, logits, name=name)
 
