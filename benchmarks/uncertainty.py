@@ -34,6 +34,7 @@ classification task into ``--out``.
 """
 
 import argparse
+import copy
 import json
 import math
 import pathlib
@@ -162,9 +163,11 @@ def load_data(family, dataset, seed, cfg):
 class Layers:
     """Layer constructors of one model: the same calls build every model's network."""
 
-    def __init__(self, model, seed, dataset_size, kernel_regularizer=None):
+    def __init__(self, model, seed, dataset_size, kernel_regularizer=None,
+                 kernel_initializer=None):
         self.model, self.dataset_size = model, dataset_size
         self.kernel_regularizer = kernel_regularizer
+        self.kernel_initializer = kernel_initializer
         self._seeds = iter(range(seed * 1000, seed * 1000 + 1000))
 
     def _ours(self, prefix, suffix=""):
@@ -178,9 +181,19 @@ class Layers:
     def _prior(self, *names):
         from bayes_planet.layers import regularizers
 
-        if self.kernel_regularizer is None or self.model == "variational_dropout":
+        from bayes_planet.layers import initializers
+
+        if self.model == "variational_dropout":
             return {}
-        return {name: regularizers.get(self.kernel_regularizer) for name in names}
+        kwargs = {}
+        if self.kernel_regularizer is not None:
+            kwargs.update({name: regularizers.get(copy.deepcopy(self.kernel_regularizer))
+                           for name in names})
+        if self.kernel_initializer is not None:
+            kwargs.update({name.replace("regularizer", "initializer"):
+                           initializers.get(copy.deepcopy(self.kernel_initializer))
+                           for name in names})
+        return kwargs
 
     def _tfp(self, name, *args, **kwargs):
         import tensorflow_probability as tfp
@@ -221,14 +234,15 @@ class Layers:
             "kernel_regularizer", "recurrent_regularizer"))
 
 
-def build_model(family, model, data, fcfg, seed, kernel_regularizer=None):
+def build_model(family, model, data, fcfg, seed, kernel_regularizer=None,
+                kernel_initializer=None):
     """The family's network with ``model``'s layers; outputs logits or (mean, raw scale)."""
     from bayes_planet._keras import keras
 
     regression = "y_scale" in data
     outputs = 2 if regression else int(max(data["y_train"].max(), data["y_test"].max()) + 1)
     n = data["y_train"].size  # examples (tokens for the transformer): the ELBO per target
-    layers = Layers(model, seed, n, kernel_regularizer)
+    layers = Layers(model, seed, n, kernel_regularizer, kernel_initializer)
     shape = data["x_train"].shape[1:]
     if family == "transformer":
         from bayes_planet.layers import build_transformer
@@ -293,7 +307,8 @@ def evaluate(family, dataset, model_name, seed, config):
     fcfg = config["families"][family]
     regression = "y_scale" in data
     keras.utils.set_random_seed(seed)
-    model = build_model(family, model_name, data, fcfg, seed, config["kernel_regularizer"])
+    model = build_model(family, model_name, data, fcfg, seed, config["kernel_regularizer"],
+                        config["kernel_initializer"])
     if model_name not in BASELINES and not model_name.startswith("tfp_"):
         set_dataset_size(model, data["y_train"].size)
     seconds = fit(model, data, fcfg, regression)
