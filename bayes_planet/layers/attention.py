@@ -79,7 +79,8 @@ class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
     def __init__(self, equation, output_shape, activation=None, bias_axes=None,
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
                  kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
-                 seed=None, **kwargs):
+                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
+                 *, seed=None, **kwargs):
         super().__init__(
             equation=equation,
             output_shape=output_shape,
@@ -89,6 +90,9 @@ class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
             bias_initializer=initializers.get(bias_initializer),
             kernel_regularizer=regularizers.get(kernel_regularizer),
             bias_regularizer=regularizers.get(bias_regularizer),
+            activity_regularizer=activity_regularizer,
+            kernel_constraint=kernel_constraint,
+            bias_constraint=bias_constraint,
             **kwargs,
         )
         self._init_seed(seed)
@@ -189,7 +193,7 @@ class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
                  kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 seed=None, **kwargs):
+                 *, seed=None, **kwargs):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ValueError(f"Expected a non-negative integer or None. Received: seed={seed!r}")
         # Keras builds its (replaced) sublayers from plain initializers; ours are kept
