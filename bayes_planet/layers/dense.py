@@ -40,9 +40,11 @@ _register = keras.saving.register_keras_serializable(package="bayes_planet")
 class _BayesianDense(BayesianLayer, keras.layers.Dense):
     """Dense with a distribution over the kernel; subclasses define ``_matmul``.
 
-    Args: as `keras.layers.Dense`, with Bayesian defaults for ``kernel_initializer``
-      (``'trainable_normal'``) and ``kernel_regularizer`` (``'normal_kl_divergence'``),
-      plus ``seed`` (int or None) for reproducible noise.
+    Args: as `keras.layers.Dense` (same order, so positional calls such as
+      ``DenseFlipout(10, 'relu')`` mean what they mean for Dense), with Bayesian
+      defaults for ``kernel_initializer`` (``'trainable_normal'``) and
+      ``kernel_regularizer`` (``'normal_kl_divergence'``), plus the keyword-only
+      ``seed`` (int or None) for reproducible noise.
 
     Input shape: ``(batch, ..., input_dim)``. Output shape: ``(batch, ..., units)``.
     """
@@ -51,7 +53,7 @@ class _BayesianDense(BayesianLayer, keras.layers.Dense):
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
                  kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 seed=None, **kwargs):
+                 *, seed=None, **kwargs):
         super().__init__(
             units=check_positive_int("units", units),
             activation=activation,
@@ -136,8 +138,14 @@ class DenseVariationalDropout(DenseLocalReparameterization):
     weights whose ``log α > 3`` (dropout rate > 95 %) pruned to zero.
     """
 
-    def __init__(self, units, kernel_regularizer="log_uniform_kl_divergence", **kwargs):
-        super().__init__(units, kernel_regularizer=kernel_regularizer, **kwargs)
+    def __init__(self, units, activation=None, use_bias=True,
+                 kernel_initializer="trainable_normal", bias_initializer="zeros",
+                 kernel_regularizer="log_uniform_kl_divergence", bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
+                 *, seed=None, **kwargs):
+        super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
+                         kernel_regularizer, bias_regularizer, activity_regularizer,
+                         kernel_constraint, bias_constraint, seed=seed, **kwargs)
 
     def _matmul(self, x, seed, training):
         if training:
@@ -162,8 +170,14 @@ class DenseDVI(_BayesianDense):
     must be ``None``/``'linear'`` or ``'relu'``.
     """
 
-    def __init__(self, units, activation=None, **kwargs):
-        super().__init__(units, activation=activation, **kwargs)
+    def __init__(self, units, activation=None, use_bias=True,
+                 kernel_initializer="trainable_normal", bias_initializer="zeros",
+                 kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
+                 *, seed=None, **kwargs):
+        super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
+                         kernel_regularizer, bias_regularizer, activity_regularizer,
+                         kernel_constraint, bias_constraint, seed=seed, **kwargs)
         if self.activation not in (keras.activations.linear, keras.activations.relu):
             raise ValueError(
                 "DenseDVI propagates moments in closed form only for activation=None, "
