@@ -32,6 +32,7 @@ __all__ = [
     "moments",
     "multi_replica_context",
     "per_example",
+    "per_example_sample",
     "posterior_mean",
     "sample_weight",
     "split_seed",
@@ -248,5 +249,29 @@ def per_example(draw, shape, seed):
     shape = tf.convert_to_tensor(shape, tf.int32)
     rows = shape[0]
     full = draw(tf.concat([[rows * ctx.num_replicas_in_sync], shape[1:]], 0), seed)
+    start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * rows
+    return full[start:start + rows]
+
+
+def per_example_sample(make_distribution, params, seed, distribution=None):
+    """``make_distribution(params).sample(seed=seed)``, replica-aware (axis 0: the batch).
+
+    For a distribution whose parameters ``params`` (a nest of tensors) all have the
+    batch on axis 0 and whose samples are independent per example. Under ``R > 1``
+    replicas in sync it gathers every replica's parameters (``all_gather``, which is
+    differentiable: each replica's rows get their own gradient), samples the global
+    batch's distribution with ``seed`` and returns this replica's rows, so each example
+    gets the sample a single device would draw for it and no two replicas share noise
+    (as `per_example` does for weight-layer noise). Costs ``R``× the distribution's
+    sampling. Outside a multi-replica context it is ``distribution.sample(seed=seed)``
+    (``distribution`` defaults to ``make_distribution(params)``).
+    """
+    ctx = multi_replica_context()
+    if ctx is None:
+        dist = make_distribution(params) if distribution is None else distribution
+        return dist.sample(seed=seed)
+    rows = tf.shape(tf.nest.flatten(params)[0])[0]
+    gathered = tf.nest.map_structure(lambda t: ctx.all_gather(t, axis=0), params)
+    full = make_distribution(gathered).sample(seed=seed)
     start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * rows
     return full[start:start + rows]

@@ -18,6 +18,7 @@ from bayes_planet.layers.base import (
     BayesianLayer,
     check_positive_int,
     moments,
+    per_example_sample,
     sample_weight,
     split_seed,
 )
@@ -206,8 +207,18 @@ class DenseDVI(_BayesianDense):
                 var += tf.square(b_scale)
         if self.activation is keras.activations.relu:
             mean, var = relu_moments(mean, var)
-        dist = tfd.Normal(mean, tf.sqrt(tf.maximum(var, 1e-12)))
-        return RandomVariable(dist, seed=self._next_seed())
+        params = (mean, tf.sqrt(tf.maximum(var, 1e-12)))
+        dist = _normal(params)
+        seed = self._next_seed()
+
+        def sampler(sample_seed):  # replica-aware: each replica's rows of the global draw
+            return per_example_sample(_normal, params, sample_seed, dist)
+
+        return RandomVariable(dist, value=lambda: sampler(seed), sampler=sampler)
+
+
+def _normal(params):
+    return tfd.Normal(*params)
 
 
 def relu_moments(mean, var):

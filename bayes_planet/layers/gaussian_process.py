@@ -38,6 +38,7 @@ from bayes_planet.layers.base import (
     check_positive_int,
     moments,
     per_example,
+    per_example_sample,
     standard_normal,
 )
 from bayes_planet.layers.initializers import DistributionInitializer
@@ -92,9 +93,6 @@ class _GaussianProcessBase(BayesianLayer, keras.layers.Layer):
         if mean.shape.rank == 1:
             mean = mean[:, None]
         return tf.broadcast_to(mean, tf.stack([tf.shape(x)[0], self.units]))
-
-    def _output(self, distribution):
-        return tracing.random_variable(distribution, name=self.name, seed=self._next_seed())
 
     def compute_output_shape(self, input_shape):
         return tf.TensorShape(input_shape)[:-1].concatenate([self.units])
@@ -318,6 +316,11 @@ class GaussianProcess(_GaussianProcessBase):
         return config
 
 
+def _independent_normal(params):
+    loc, scale = params
+    return tfd.Independent(tfd.Normal(loc, scale), 2)
+
+
 def _checked_cholesky(matrix, what, jitter):
     """Cholesky factor of a float64 covariance; raises if it is not positive definite.
 
@@ -531,7 +534,17 @@ class SparseGaussianProcess(_GaussianProcessBase):
 
     def call(self, inputs):
         mean, var = self.predict(inputs)
-        return self._output(tfd.Independent(tfd.Normal(mean, tf.sqrt(var)), 2))
+        params = (mean, tf.sqrt(var))
+        dist = _independent_normal(params)
+        seed = self._next_seed()
+
+        def sampler(sample_seed):
+            # Per-point noise: under a multi-replica strategy, each replica's rows of the
+            # global batch's draw (the single-device sample).
+            return per_example_sample(_independent_normal, params, sample_seed, dist)
+
+        return tracing.random_variable(dist, name=self.name, value=lambda: sampler(seed),
+                                       sampler=sampler)
 
     def get_config(self):
         config = super().get_config()
