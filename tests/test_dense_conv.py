@@ -371,3 +371,40 @@ def test_conv_variational_dropout_training_noise_and_pruned_inference():
     expected = tf.nn.conv2d(x, np.where(keep, kernel, 0.0), 1, "VALID") + layer.bias
     np.testing.assert_allclose(layer(x, training=False).numpy(), expected.numpy(), rtol=1e-5,
                                atol=1e-6)
+
+
+def test_fixed_noise_nested_blocks_restore_the_enclosing_block():
+    """Issue #19: leaving an inner block reset the seeds to None (fresh noise) instead
+    of the outer block's seeds."""
+    model = keras.Sequential([keras.Input((4,)), bl.DenseReparameterization(8, seed=0),
+                              bl.DenseFlipout(3, seed=1)])
+    x = tf.ones([2, 4])
+    with bl.fixed_noise(model, [3, 4]):
+        outer = model(x).numpy()
+        with bl.fixed_noise(model, [5, 6]):
+            inner = model(x).numpy()
+        with bl.fixed_noise(model.layers[1], [7, 8]):  # nesting on a sub-layer
+            partial = model(x).numpy()
+        after = model(x).numpy()
+    assert not np.array_equal(inner, outer) and not np.array_equal(partial, outer)
+    np.testing.assert_array_equal(after, outer)  # the outer block's noise again
+    assert not np.array_equal(model(x).numpy(), model(x).numpy())  # fresh outside
+
+
+def test_posterior_mean_warns_on_a_model_without_bayesian_weights(tmp_path):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    with pytest.warns(UserWarning, match="no Bayesian"):
+        with bl.posterior_mean(model) as weights:
+            assert weights == []
+    # A Bayesian model saved and reloaded without its custom objects: plain layers.
+    bayes = keras.Sequential([keras.Input((4,)), bl.DenseFlipout(3, seed=0)])
+    bayes.save(tmp_path / "model")
+    reloaded = tf.saved_model.load(str(tmp_path / "model"))
+    with pytest.warns(UserWarning, match="no Bayesian"):
+        with bl.posterior_mean(reloaded):
+            pass
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with bl.posterior_mean(bayes) as weights:
+            assert len(weights) == 1

@@ -169,20 +169,24 @@ def fixed_noise(module, seed):
     standard-normal draws (not a fixed weight sample). Works under `tf.function`
     (the seed may be a tensor) and XLA.
 
+    Blocks nest: on exit each layer gets back the seed of the enclosing block (or
+    fresh noise outside any block).
+
     Args:
       module: a layer, model or `tf.Module` containing Bayesian layers.
       seed: a stateless seed, shape ``[2]`` int32 (tensor or list).
     """
     seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
     layers = bayesian_layers(module)
+    previous = [getattr(layer, "_fixed_seed", None) for layer in layers]
     for index, layer in enumerate(layers):
         object.__setattr__(layer, "_fixed_seed",
                            tf.random.experimental.stateless_fold_in(seed, index))
     try:
         yield layers
-    finally:
-        for layer in layers:
-            object.__setattr__(layer, "_fixed_seed", None)
+    finally:  # Restore the enclosing block's seeds (None outside any block).
+        for layer, value in zip(layers, previous, strict=True):
+            object.__setattr__(layer, "_fixed_seed", value)
 
 
 @contextlib.contextmanager
@@ -202,10 +206,20 @@ def posterior_mean(module):
 
     Yields:
       The affected distribution weights (``DistributionInitializer`` layers).
+
+    Warns (``UserWarning``) when ``module`` has no distribution weight — e.g. a
+    SavedModel loaded without ``bayes_planet``, whose layers are plain Keras layers —
+    since the block then changes nothing.
     """
     candidates = [module] + list(getattr(module, "submodules", ()))
     weights = list({id(w): w for w in candidates
                     if isinstance(w, DistributionInitializer)}.values())
+    if not weights:
+        warnings.warn(
+            f"posterior_mean: {getattr(module, 'name', type(module).__name__)!r} has no "
+            "Bayesian (distribution-valued) weights, so the block changes nothing. Was it "
+            "loaded without bayes_planet (custom_objects), or is it deterministic?",
+            UserWarning, stacklevel=3)
     previous = [getattr(w, "_use_posterior_mean", False) for w in weights]
     for weight in weights:
         object.__setattr__(weight, "_use_posterior_mean", True)
