@@ -207,7 +207,7 @@ class DenseDVI(_BayesianDense):
                 var += tf.square(b_scale)
         if self.activation is keras.activations.relu:
             mean, var = relu_moments(mean, var)
-        params = (mean, tf.sqrt(tf.maximum(var, 1e-12)))
+        params = (mean, tf.sqrt(tf.maximum(var, _variance_floor(var.dtype))))
         dist = _normal(params)
         seed = self._next_seed()
 
@@ -221,9 +221,15 @@ def _normal(params):
     return tfd.Normal(*params)
 
 
+def _variance_floor(dtype):
+    """Smallest variance whose square root has a finite gradient: 1e-12, or float16's
+    smallest normal number (1e-12 underflows to 0 in float16, and d sqrt(0) = inf)."""
+    return tf.constant(6.2e-5 if dtype == tf.float16 else 1e-12, dtype)
+
+
 def relu_moments(mean, var):
     """Mean and variance of ``relu(z)`` for ``z ~ N(mean, var)`` (rectified Gaussian)."""
-    std = tf.sqrt(tf.maximum(var, 1e-12))
+    std = tf.sqrt(tf.maximum(var, _variance_floor(var.dtype)))
     alpha = mean / std
     cdf = 0.5 * tf.math.erfc(-alpha / math.sqrt(2.0))
     pdf = tf.exp(-0.5 * tf.square(alpha)) / math.sqrt(2.0 * math.pi)
