@@ -39,6 +39,9 @@ DEFAULT_CASES = [
     "Normal", "MixtureLogistic+Discretize", "RealNVP+Permutation+ActNorm", "ActNorm(data_init)",
     "RevNetSequence", "VectorQuantizer", "VectorQuantizer(ema)", "LSTMCellReparameterization",
     "GRUCellFlipout", "MultiHeadAttentionFlipout", "TransformerBlock(reparameterization)",
+    # Losses on the *samples* of stochastic outputs / GPs (per-example noise, #19).
+    "SparseGaussianProcess(2 layers, sample)", "Normal(sample)",
+    "MixtureLogistic+Discretize(sample)", "DenseDVI(sample)",
 ]
 MULTI_WORKER_CASES = [
     "DenseReparameterization", "DenseFlipout", "Conv2DReparameterization",
@@ -160,6 +163,30 @@ def _case_table():
             "outputs", lambda: [_outputs().MixtureLogistic(2, num_components=3, seed=1),
                                 _outputs().Discretize(num_bins=8, seed=2)],
             (8, 3), (8, 2), "exact", loss="nll", y_kind=8),
+        # the same families with a loss on their samples: per-example noise sliced from
+        # the global batch's draw (`per_example_sample`), so equal to one device
+        "SparseGaussianProcess(2 layers, sample)": _Case(
+            "gaussian_process",
+            lambda: [_bl().SparseGaussianProcess(3, num_inducing=4, seed=1),
+                     _bl().SparseGaussianProcess(2, num_inducing=4, seed=2)],
+            (8, 2), (8, 2), "per_example", loss="sample_mse"),
+        "Normal(sample)": _Case("outputs", lambda: [_outputs().Normal(2, seed=1)], (8, 3),
+                                (8, 2), "per_example", loss="sample_mse"),
+        "Bernoulli(sample)": _Case("outputs", lambda: [_outputs().Bernoulli(3, seed=1)],
+                                   (8, 3), (8, 3), "per_example", loss="sample_mse",
+                                   y_kind="binary"),
+        "Categorical(sample)": _Case("outputs", lambda: [_outputs().Categorical(4, seed=1)],
+                                     (8, 3), (8,), "per_example", loss="sample_mse", y_kind=4),
+        "MixtureNormal(sample)": _Case(
+            "outputs", lambda: [_outputs().MixtureNormal(2, num_components=3, seed=1)],
+            (8, 3), (8, 2), "per_example", loss="sample_mse"),
+        "MixtureLogistic+Discretize(sample)": _Case(
+            "outputs", lambda: [_outputs().MixtureLogistic(2, num_components=3, seed=1),
+                                _outputs().Discretize(num_bins=8, seed=2)],
+            (8, 3), (8, 2), "per_example", loss="sample_mse", y_kind=8),
+        "DenseDVI(sample)": _Case(
+            "dense", lambda: [_bl().DenseDVI(4, activation="relu", seed=1)], (8, 3), (8, 4),
+            "per_example", loss="sample_mse"),
         # flows
         "RealNVP+Permutation+ActNorm": _Case(
             "flows", flow_nll(lambda: _flows().RealNVP([8]), lambda: _flows().Permutation(),
@@ -322,6 +349,8 @@ def _loss_fn(kind):
         return _nll
     if kind == "identity":
         return lambda y, out: tf.cast(out, tf.float32)
+    if kind == "sample_mse":  # on the drawn value (straight-through where discrete)
+        return _mse
     if kind == "mean_mse":
         return lambda y, rv: _mse(y, rv.distribution.mean())
     if kind == "marginal_nll":  # per-example marginal of an Independent(Normal, 2)
@@ -467,10 +496,47 @@ def _mirrored():
     return tf.distribute.MirroredStrategy(devices[:2])
 
 
+def _exact_gp_replica_noise(strategy):
+    """An exact GP's sample is a joint over the batch, so a replica's sample of its own
+    rows cannot equal the single-device joint sample in general; its noise must still be
+    its rows of the global draw. Global batch [h, h] (both replicas hold the same inputs):
+    duplicated noise would give identical replica samples. Replica 0's sample equals the
+    single-device sample's first rows (the leading block of a Cholesky factor is the
+    factor of the leading block)."""
+    import tensorflow as tf
+
+    from bayes_planet import distribute
+    half = tf.constant(_data((4, 2), (4, 2))[0])
+    x = tf.concat([half, half], 0)
+    single = _bl().GaussianProcess(2, seed=1)
+    reference = tf.convert_to_tensor(single(x)).numpy()
+    with strategy.scope():
+        multi = _bl().GaussianProcess(2, seed=1)
+        multi.build(x.shape)
+
+    @tf.function
+    def run(x):
+        return strategy.run(lambda t: tf.convert_to_tensor(multi(distribute.replica_rows(t))),
+                            (x,))
+
+    outs = [t.numpy() for t in strategy.experimental_local_results(run(x))]
+    return {"case": "GaussianProcess(replica noise)", "status": "ok",
+            "finite": bool(all(np.all(np.isfinite(o)) for o in outs)),
+            "replicas_differ": bool(not np.allclose(outs[0], outs[1])),
+            "replica0_equals_single_rows": bool(np.allclose(outs[0], reference[:4],
+                                                            RTOL, ATOL))}
+
+
 def mirrored_layers(names):
     strategy = _mirrored()
     import tensorflow as tf
     table = _case_table()
+    if not names or names == ["all"]:
+        try:
+            _emit(**_exact_gp_replica_noise(strategy))
+        except Exception as error:  # noqa: BLE001 - reported, asserted by the test
+            _emit(case="GaussianProcess(replica noise)", status="error",
+                  error=f"{type(error).__name__}: {error}"[-800:])
     names = list(table) if names == ["all"] else (names or DEFAULT_CASES)
     for name in names:
         tf.keras.utils.set_random_seed(0)

@@ -314,3 +314,97 @@ def test_fixed_noise_holds_one_weight_sample_per_block():
     with bl.fixed_noise(model, [5, 6]):
         assert not np.array_equal(model(x).numpy(), first)
     assert not np.array_equal(model(x).numpy(), model(x).numpy())  # fresh noise outside
+
+
+CONV_VD = [(bl.Conv2DVariationalDropout, (2, 8, 8, 2)), (bl.Conv1DVariationalDropout, (2, 9, 2))]
+
+
+@pytest.mark.parametrize("cls, shape", CONV_VD, ids=lambda c: getattr(c, "__name__", ""))
+def test_conv_variational_dropout_contract(cls, shape):
+    out_shape = shape[:1] + tuple((d + 1) // 2 for d in shape[1:-1]) + (3,)
+    run_layer_test(cls, {"filters": 3, "kernel_size": 3, "strides": 2, "padding": "same"},
+                   shape, expected_output_shape=out_shape, expected_num_trainable_weights=3,
+                   expected_num_non_trainable_weights=1, expected_num_losses=1)
+
+
+@pytest.mark.parametrize("cls, shape", CONV_VD, ids=lambda c: getattr(c, "__name__", ""))
+def test_conv_variational_dropout_kl_is_the_log_uniform_kl(cls, shape):
+    """The loss is Molchanov et al.'s log-uniform KL approximation of the kernel, and
+    equals the dense layer's for the same posterior (the KL is per weight)."""
+    layer = cls(3, 3, padding="same", seed=0)
+    layer(tf.ones(shape))
+    assert isinstance(layer.kernel_regularizer, bl.LogUniformKLDivergence)
+    (loss,) = layer.losses
+    expected = bl.LogUniformKLDivergence()(layer.kernel)
+    np.testing.assert_allclose(loss.numpy(), expected.numpy(), rtol=1e-6)
+    # Closed form check of the sum: per-weight -KL from the same log α.
+    from bayes_planet.layers.regularizers import log_alpha_from_moments
+    log_alpha = log_alpha_from_moments(layer.kernel.loc(), layer.kernel.scale()).numpy()
+    k1, k2, k3 = 0.63576, 1.87320, 1.48695  # Molchanov et al. (2017), eq. 14
+    neg_kl = (k1 / (1 + np.exp(-(k2 + k3 * log_alpha))) - 0.5 * np.log1p(np.exp(-log_alpha))
+              - k1)
+    np.testing.assert_allclose(loss.numpy(), -neg_kl.sum(), rtol=1e-4)
+
+
+def test_conv_variational_dropout_training_noise_and_pruned_inference():
+    """Training: local reparameterization (MC moments of one output pixel match
+    N(conv(x, θ), conv(x², σ²)) within 4 standard errors / 10 %); inference: the mean
+    kernel with log α > 3 entries pruned, deterministic."""
+    layer = bl.Conv2DVariationalDropout(2, 3, seed=1)
+    x = tf.random.stateless_normal([1, 3, 3, 2], [4, 5])
+    layer(x)
+    n = 3000
+    draws = layer(tf.repeat(x, n, 0), training=True).numpy()[:, 0, 0, :]  # one per row
+    loc, scale = layer.kernel.loc(), layer.kernel.scale()
+    mean = (tf.nn.conv2d(x, loc, 1, "VALID") + layer.bias).numpy()[0, 0, 0]
+    var = tf.nn.conv2d(tf.square(x), tf.square(scale), 1, "VALID").numpy()[0, 0, 0]
+    assert np.all(np.abs(draws.mean(0) - mean) < 4 * np.sqrt(var / n)), (draws.mean(0), mean)
+    np.testing.assert_allclose(draws.var(0), var, rtol=0.10)
+    first, second = layer(x, training=False).numpy(), layer(x, training=False).numpy()
+    np.testing.assert_array_equal(first, second)
+    kernel = layer.kernel.mean.numpy()
+    kernel[0, 0, 0, 0] = 1e-4  # log α > 3: pruned at inference
+    layer.kernel.mean.assign(kernel)
+    from bayes_planet.layers.regularizers import log_alpha_from_moments
+    keep = log_alpha_from_moments(kernel, layer.kernel.scale()).numpy() < 3.0
+    assert not keep[0, 0, 0, 0] and keep.mean() > 0.5
+    expected = tf.nn.conv2d(x, np.where(keep, kernel, 0.0), 1, "VALID") + layer.bias
+    np.testing.assert_allclose(layer(x, training=False).numpy(), expected.numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_fixed_noise_nested_blocks_restore_the_enclosing_block():
+    """Issue #19: leaving an inner block reset the seeds to None (fresh noise) instead
+    of the outer block's seeds."""
+    model = keras.Sequential([keras.Input((4,)), bl.DenseReparameterization(8, seed=0),
+                              bl.DenseFlipout(3, seed=1)])
+    x = tf.ones([2, 4])
+    with bl.fixed_noise(model, [3, 4]):
+        outer = model(x).numpy()
+        with bl.fixed_noise(model, [5, 6]):
+            inner = model(x).numpy()
+        with bl.fixed_noise(model.layers[1], [7, 8]):  # nesting on a sub-layer
+            partial = model(x).numpy()
+        after = model(x).numpy()
+    assert not np.array_equal(inner, outer) and not np.array_equal(partial, outer)
+    np.testing.assert_array_equal(after, outer)  # the outer block's noise again
+    assert not np.array_equal(model(x).numpy(), model(x).numpy())  # fresh outside
+
+
+def test_posterior_mean_warns_on_a_model_without_bayesian_weights(tmp_path):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    with pytest.warns(UserWarning, match="no Bayesian"):
+        with bl.posterior_mean(model) as weights:
+            assert weights == []
+    # A Bayesian model saved and reloaded without its custom objects: plain layers.
+    bayes = keras.Sequential([keras.Input((4,)), bl.DenseFlipout(3, seed=0)])
+    bayes.save(tmp_path / "model")
+    reloaded = tf.saved_model.load(str(tmp_path / "model"))
+    with pytest.warns(UserWarning, match="no Bayesian"):
+        with bl.posterior_mean(reloaded):
+            pass
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with bl.posterior_mean(bayes) as weights:
+            assert len(weights) == 1

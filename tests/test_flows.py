@@ -306,3 +306,11 @@ def test_realnvp_log_prob_uses_one_network_pass_and_matches_two():
     z = layer.reverse(x)
     slow = tfd.Independent(tfd.Normal(tf.zeros(4), 1.0), 1).log_prob(z) - layer.log_det_jacobian(z)
     np.testing.assert_allclose(fast, slow, rtol=1e-6)
+
+
+def test_made_with_an_int_names_the_argument():
+    """Issue #19: MADE(8) raised "'int' object is not iterable"."""
+    with pytest.raises(TypeError, match=r"hidden_dims=8 \(e.g. MADE\(\[8\]\)\)"):
+        MADE(8)
+    with pytest.raises(ValueError, match="hidden_dims=0"):
+        MADE([0])

@@ -178,6 +178,47 @@ def test_exact_gp_prior_and_samples(data):
     np.testing.assert_allclose(empirical, scale @ scale.T, atol=0.15)  # ~5 se at 1.69.
 
 
+def test_exact_gp_float32_samples_are_finite_and_match_float64():
+    """Issue #19: a float32 (default) GP prior on 100 points and a posterior at 50 test
+    points sampled all-NaN (float32 Cholesky with 1e-6 jitter). The joint covariance
+    is now factorized in float64: float32 samples are finite, equal the float64 layer's
+    samples (same seed, same noise), and have the right covariance (Monte Carlo)."""
+    grid = np.linspace(-3.0, 3.0, 100)[:, None].astype("float32")
+    prior32 = GaussianProcess(2000, seed=5)
+    prior64 = GaussianProcess(2000, dtype="float64", seed=5)
+    s32, s64 = prior32(grid).numpy(), prior64(grid.astype("float64")).numpy()
+    assert s32.dtype == np.float32 and np.all(np.isfinite(s32))
+    np.testing.assert_allclose(s32, s64, atol=1e-4)
+    # 2000 independent units: sample covariance within 0.15 of k(x, x) entrywise
+    # (standard error <= sqrt(2 / 2000) = 0.032 at the diagonal; 0.15 is ~4.7 se).
+    default_kernel = kernels.ExponentiatedQuadratic(dtype="float64")
+    np.testing.assert_allclose(np.cov(s32), default_kernel(grid.astype("float64")).numpy(),
+                               atol=0.15)
+    rng = np.random.default_rng(0)
+    z = rng.uniform(-3, 3, (20, 1)).astype("float32")
+    gp = GaussianProcess(1, conditional_inputs=z, conditional_outputs=np.sin(z),
+                         observation_noise_variance=0.01, seed=0)
+    test_x = np.linspace(-3.0, 3.0, 50)[:, None].astype("float32")
+    rv = gp(test_x)
+    assert np.all(np.isfinite(rv.numpy())) and np.all(np.isfinite(rv.distribution.mean()))
+    assert np.all(np.isfinite(rv.distribution.log_prob(rv.numpy()).numpy()))
+    # Inside tf.function too (graph path of the check).
+    assert np.all(np.isfinite(tf.function(lambda t: tf.convert_to_tensor(gp(t)))(test_x)))
+
+
+def test_exact_gp_ill_posed_covariance_raises():
+    """Duplicated inputs with jitter=0 (singular covariance), or NaN inputs: no NaN
+    samples, an error naming the problem, eagerly and in a tf.function."""
+    dup = np.zeros((4, 1), "float32")
+    with pytest.raises(ValueError, match="not positive definite.*jitter=0.0"):
+        GaussianProcess(1, jitter=0.0, seed=0)(dup)
+    with pytest.raises(ValueError, match="not positive definite"):
+        GaussianProcess(1, seed=0)(np.array([[0.0], [np.nan]], "float32"))
+    layer = GaussianProcess(1, jitter=0.0, seed=0)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="not positive definite"):
+        tf.function(lambda t: tf.convert_to_tensor(layer(t)))(dup)
+
+
 def test_exact_gp_fits_hyperparameters_like_sklearn(data):
     """Maximizing our log marginal likelihood reaches sklearn's optimum (same start)."""
     x, y = data[0][:, :1], data[1][:, 0]

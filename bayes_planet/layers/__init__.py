@@ -17,9 +17,11 @@ from bayes_planet.layers.constraints import Exp, Positive, Softplus
 from bayes_planet.layers.conv import (
     Conv1DFlipout,
     Conv1DReparameterization,
+    Conv1DVariationalDropout,
     Conv2DFlipout,
     Conv2DLocalReparameterization,
     Conv2DReparameterization,
+    Conv2DVariationalDropout,
 )
 from bayes_planet.layers.dense import (
     DenseDVI,
@@ -100,9 +102,11 @@ __all__ = [
     "ConstantMean",
     "Conv1DFlipout",
     "Conv1DReparameterization",
+    "Conv1DVariationalDropout",
     "Conv2DFlipout",
     "Conv2DLocalReparameterization",
     "Conv2DReparameterization",
+    "Conv2DVariationalDropout",
     "DenseDVI",
     "DenseFlipout",
     "DenseLocalReparameterization",

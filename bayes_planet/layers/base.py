@@ -32,6 +32,7 @@ __all__ = [
     "moments",
     "multi_replica_context",
     "per_example",
+    "per_example_sample",
     "posterior_mean",
     "sample_weight",
     "split_seed",
@@ -168,20 +169,24 @@ def fixed_noise(module, seed):
     standard-normal draws (not a fixed weight sample). Works under `tf.function`
     (the seed may be a tensor) and XLA.
 
+    Blocks nest: on exit each layer gets back the seed of the enclosing block (or
+    fresh noise outside any block).
+
     Args:
       module: a layer, model or `tf.Module` containing Bayesian layers.
       seed: a stateless seed, shape ``[2]`` int32 (tensor or list).
     """
     seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
     layers = bayesian_layers(module)
+    previous = [getattr(layer, "_fixed_seed", None) for layer in layers]
     for index, layer in enumerate(layers):
         object.__setattr__(layer, "_fixed_seed",
                            tf.random.experimental.stateless_fold_in(seed, index))
     try:
         yield layers
-    finally:
-        for layer in layers:
-            object.__setattr__(layer, "_fixed_seed", None)
+    finally:  # Restore the enclosing block's seeds (None outside any block).
+        for layer, value in zip(layers, previous, strict=True):
+            object.__setattr__(layer, "_fixed_seed", value)
 
 
 @contextlib.contextmanager
@@ -201,10 +206,20 @@ def posterior_mean(module):
 
     Yields:
       The affected distribution weights (``DistributionInitializer`` layers).
+
+    Warns (``UserWarning``) when ``module`` has no distribution weight — e.g. a
+    SavedModel loaded without ``bayes_planet``, whose layers are plain Keras layers —
+    since the block then changes nothing.
     """
     candidates = [module] + list(getattr(module, "submodules", ()))
     weights = list({id(w): w for w in candidates
                     if isinstance(w, DistributionInitializer)}.values())
+    if not weights:
+        warnings.warn(
+            f"posterior_mean: {getattr(module, 'name', type(module).__name__)!r} has no "
+            "Bayesian (distribution-valued) weights, so the block changes nothing. Was it "
+            "loaded without bayes_planet (custom_objects), or is it deterministic?",
+            UserWarning, stacklevel=3)
     previous = [getattr(w, "_use_posterior_mean", False) for w in weights]
     for weight in weights:
         object.__setattr__(weight, "_use_posterior_mean", True)
@@ -248,5 +263,29 @@ def per_example(draw, shape, seed):
     shape = tf.convert_to_tensor(shape, tf.int32)
     rows = shape[0]
     full = draw(tf.concat([[rows * ctx.num_replicas_in_sync], shape[1:]], 0), seed)
+    start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * rows
+    return full[start:start + rows]
+
+
+def per_example_sample(make_distribution, params, seed, distribution=None):
+    """``make_distribution(params).sample(seed=seed)``, replica-aware (axis 0: the batch).
+
+    For a distribution whose parameters ``params`` (a nest of tensors) all have the
+    batch on axis 0 and whose samples are independent per example. Under ``R > 1``
+    replicas in sync it gathers every replica's parameters (``all_gather``, which is
+    differentiable: each replica's rows get their own gradient), samples the global
+    batch's distribution with ``seed`` and returns this replica's rows, so each example
+    gets the sample a single device would draw for it and no two replicas share noise
+    (as `per_example` does for weight-layer noise). Costs ``R``× the distribution's
+    sampling. Outside a multi-replica context it is ``distribution.sample(seed=seed)``
+    (``distribution`` defaults to ``make_distribution(params)``).
+    """
+    ctx = multi_replica_context()
+    if ctx is None:
+        dist = make_distribution(params) if distribution is None else distribution
+        return dist.sample(seed=seed)
+    rows = tf.shape(tf.nest.flatten(params)[0])[0]
+    gathered = tf.nest.map_structure(lambda t: ctx.all_gather(t, axis=0), params)
+    full = make_distribution(gathered).sample(seed=seed)
     start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * rows
     return full[start:start + rows]

@@ -18,6 +18,7 @@ from bayes_planet.layers.base import (
     BayesianLayer,
     check_positive_int,
     moments,
+    per_example_sample,
     sample_weight,
     split_seed,
 )
@@ -40,9 +41,11 @@ _register = keras.saving.register_keras_serializable(package="bayes_planet")
 class _BayesianDense(BayesianLayer, keras.layers.Dense):
     """Dense with a distribution over the kernel; subclasses define ``_matmul``.
 
-    Args: as `keras.layers.Dense`, with Bayesian defaults for ``kernel_initializer``
-      (``'trainable_normal'``) and ``kernel_regularizer`` (``'normal_kl_divergence'``),
-      plus ``seed`` (int or None) for reproducible noise.
+    Args: as `keras.layers.Dense` (same order, so positional calls such as
+      ``DenseFlipout(10, 'relu')`` mean what they mean for Dense), with Bayesian
+      defaults for ``kernel_initializer`` (``'trainable_normal'``) and
+      ``kernel_regularizer`` (``'normal_kl_divergence'``), plus the keyword-only
+      ``seed`` (int or None) for reproducible noise.
 
     Input shape: ``(batch, ..., input_dim)``. Output shape: ``(batch, ..., units)``.
     """
@@ -51,7 +54,7 @@ class _BayesianDense(BayesianLayer, keras.layers.Dense):
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
                  kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 seed=None, **kwargs):
+                 *, seed=None, **kwargs):
         super().__init__(
             units=check_positive_int("units", units),
             activation=activation,
@@ -136,8 +139,14 @@ class DenseVariationalDropout(DenseLocalReparameterization):
     weights whose ``log α > 3`` (dropout rate > 95 %) pruned to zero.
     """
 
-    def __init__(self, units, kernel_regularizer="log_uniform_kl_divergence", **kwargs):
-        super().__init__(units, kernel_regularizer=kernel_regularizer, **kwargs)
+    def __init__(self, units, activation=None, use_bias=True,
+                 kernel_initializer="trainable_normal", bias_initializer="zeros",
+                 kernel_regularizer="log_uniform_kl_divergence", bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
+                 *, seed=None, **kwargs):
+        super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
+                         kernel_regularizer, bias_regularizer, activity_regularizer,
+                         kernel_constraint, bias_constraint, seed=seed, **kwargs)
 
     def _matmul(self, x, seed, training):
         if training:
@@ -162,8 +171,14 @@ class DenseDVI(_BayesianDense):
     must be ``None``/``'linear'`` or ``'relu'``.
     """
 
-    def __init__(self, units, activation=None, **kwargs):
-        super().__init__(units, activation=activation, **kwargs)
+    def __init__(self, units, activation=None, use_bias=True,
+                 kernel_initializer="trainable_normal", bias_initializer="zeros",
+                 kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
+                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
+                 *, seed=None, **kwargs):
+        super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
+                         kernel_regularizer, bias_regularizer, activity_regularizer,
+                         kernel_constraint, bias_constraint, seed=seed, **kwargs)
         if self.activation not in (keras.activations.linear, keras.activations.relu):
             raise ValueError(
                 "DenseDVI propagates moments in closed form only for activation=None, "
@@ -192,13 +207,29 @@ class DenseDVI(_BayesianDense):
                 var += tf.square(b_scale)
         if self.activation is keras.activations.relu:
             mean, var = relu_moments(mean, var)
-        dist = tfd.Normal(mean, tf.sqrt(tf.maximum(var, 1e-12)))
-        return RandomVariable(dist, seed=self._next_seed())
+        params = (mean, tf.sqrt(tf.maximum(var, _variance_floor(var.dtype))))
+        dist = _normal(params)
+        seed = self._next_seed()
+
+        def sampler(sample_seed):  # replica-aware: each replica's rows of the global draw
+            return per_example_sample(_normal, params, sample_seed, dist)
+
+        return RandomVariable(dist, value=lambda: sampler(seed), sampler=sampler)
+
+
+def _normal(params):
+    return tfd.Normal(*params)
+
+
+def _variance_floor(dtype):
+    """Smallest variance whose square root has a finite gradient: 1e-12, or float16's
+    smallest normal number (1e-12 underflows to 0 in float16, and d sqrt(0) = inf)."""
+    return tf.constant(6.2e-5 if dtype == tf.float16 else 1e-12, dtype)
 
 
 def relu_moments(mean, var):
     """Mean and variance of ``relu(z)`` for ``z ~ N(mean, var)`` (rectified Gaussian)."""
-    std = tf.sqrt(tf.maximum(var, 1e-12))
+    std = tf.sqrt(tf.maximum(var, _variance_floor(var.dtype)))
     alpha = mean / std
     cdf = 0.5 * tf.math.erfc(-alpha / math.sqrt(2.0))
     pdf = tf.exp(-0.5 * tf.square(alpha)) / math.sqrt(2.0 * math.pi)

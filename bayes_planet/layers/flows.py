@@ -177,6 +177,9 @@ class Reverse(ReversibleLayer):
             raise TypeError(
                 "Reverse needs a layer with a `reverse(outputs)` method. Received: "
                 f"layer={layer!r} of type {type(layer).__name__}, which has none.")
+        # Compute in the wrapped layer's dtype unless told otherwise (a float64 flow
+        # stays float64 when reversed).
+        kwargs.setdefault("dtype", layer.dtype_policy)
         super().__init__(**kwargs)
         self.layer = layer
 
@@ -384,6 +387,9 @@ class MADE(keras.layers.Layer):
                  hidden_order="left-to-right", activation="relu", use_bias=True,
                  kernel_initializer="glorot_uniform", seed=None, **kwargs):
         super().__init__(**kwargs)
+        if not isinstance(hidden_dims, list | tuple):
+            raise TypeError("Expected a list of hidden layer sizes. Received: "
+                            f"hidden_dims={hidden_dims!r} (e.g. MADE([{hidden_dims!r}]))")
         self.hidden_dims = [check_positive_int("hidden_dims", h) for h in hidden_dims]
         self.units = check_positive_int("units", units)
         if isinstance(order, str) and order not in ("left-to-right", "right-to-left", "random"):
@@ -500,9 +506,11 @@ class RealNVP(ReversibleLayer):
             keep = ~keep
         self.keep_mask = keep.astype(np.float32)
         if self.network is None:
+            policy = self.dtype_policy  # the coupling MLP computes in the flow's dtype
             self.network = keras.Sequential(
-                [keras.layers.Dense(h, activation="relu") for h in self.hidden_dims]
-                + [keras.layers.Dense(2 * dim, kernel_initializer="zeros")],
+                [keras.layers.Dense(h, activation="relu", dtype=policy)
+                 for h in self.hidden_dims]
+                + [keras.layers.Dense(2 * dim, kernel_initializer="zeros", dtype=policy)],
                 name="coupling_mlp")
         if not self.network.built:
             self.network.build(input_shape)

@@ -33,7 +33,14 @@ import tensorflow_probability as tfp
 from bayes_planet._keras import keras
 from bayes_planet.layers import initializers, kernels, regularizers, tracing
 from bayes_planet.layers._registry import resolve
-from bayes_planet.layers.base import BayesianLayer, check_positive_int, moments
+from bayes_planet.layers.base import (
+    BayesianLayer,
+    check_positive_int,
+    moments,
+    per_example,
+    per_example_sample,
+    standard_normal,
+)
 from bayes_planet.layers.initializers import DistributionInitializer
 from bayes_planet.layers.kernels import inverse_softplus
 
@@ -86,9 +93,6 @@ class _GaussianProcessBase(BayesianLayer, keras.layers.Layer):
         if mean.shape.rank == 1:
             mean = mean[:, None]
         return tf.broadcast_to(mean, tf.stack([tf.shape(x)[0], self.units]))
-
-    def _output(self, distribution):
-        return tracing.random_variable(distribution, name=self.name, seed=self._next_seed())
 
     def compute_output_shape(self, input_shape):
         return tf.TensorShape(input_shape)[:-1].concatenate([self.units])
@@ -249,14 +253,30 @@ class GaussianProcess(_GaussianProcessBase):
 
     def call(self, inputs):
         x = self._inputs(inputs)
-        loc, a = self._posterior(x)
-        cov = self.covariance_fn(x)
+        dtype = x.dtype
+        # The joint covariance over the inputs is factorized in float64 whatever the
+        # layer's dtype: in float32 its rounding errors (~n·1e-7 of the amplitude) exceed
+        # the jitter for a few dozen close inputs and the Cholesky factor is NaN.
+        x64 = tf.cast(x, tf.float64)
+        loc, a = self._posterior(x64)
+        cov = self.covariance_fn(x64)
         if a is not None:
             cov -= tf.matmul(a, a, transpose_a=True)
-        scale_row = tf.linalg.LinearOperatorLowerTriangular(
-            tf.linalg.cholesky(_add_diag(cov, tf.cast(self.jitter, cov.dtype))))
-        scale_column = tf.linalg.LinearOperatorIdentity(self.units, dtype=cov.dtype)
-        return self._output(tfd.MatrixNormalLinearOperator(loc, scale_row, scale_column))
+        chol = _checked_cholesky(_add_diag(cov, tf.constant(self.jitter, tf.float64)),
+                                 f"{type(self).__name__} '{self.name}'", self.jitter)
+        seed = self._next_seed()
+
+        def sample():
+            # loc + L ε with per-example ε: under a multi-replica strategy each replica's
+            # rows of the global batch's draw (`per_example`), never shared noise.
+            eps = per_example(lambda shape, sd: standard_normal(shape, sd, dtype=tf.float64),
+                              tf.shape(loc), seed)
+            return tf.cast(loc + tf.matmul(chol, eps), dtype)
+
+        scale_row = tf.linalg.LinearOperatorLowerTriangular(tf.cast(chol, dtype))
+        scale_column = tf.linalg.LinearOperatorIdentity(self.units, dtype=dtype)
+        dist = tfd.MatrixNormalLinearOperator(tf.cast(loc, dtype), scale_row, scale_column)
+        return tracing.random_variable(dist, name=self.name, value=sample)
 
     def predict(self, inputs):
         """Posterior mean and marginal variance of f, both ``[batch, units]``.
@@ -294,6 +314,27 @@ class GaussianProcess(_GaussianProcessBase):
             conditionals_trainable=self.conditionals_trainable,
         )
         return config
+
+
+def _independent_normal(params):
+    loc, scale = params
+    return tfd.Independent(tfd.Normal(loc, scale), 2)
+
+
+def _checked_cholesky(matrix, what, jitter):
+    """Cholesky factor of a float64 covariance; raises if it is not positive definite.
+
+    Eager: a ``ValueError``; in a graph: an ``InvalidArgumentError`` when run.
+    """
+    chol = tf.linalg.cholesky(matrix)  # NaN-filled (no error) when it fails
+    message = (f"{what}: the covariance of the inputs is not positive definite even in "
+               f"float64 with jitter={jitter!r} (non-finite inputs, or duplicated inputs "
+               "with jitter=0?). Pass finite inputs or a larger jitter.")
+    if tf.executing_eagerly():
+        if not np.all(np.isfinite(chol.numpy())):
+            raise ValueError(message)
+        return chol
+    return tf.debugging.assert_all_finite(chol, message)
 
 
 def _constant(array):
@@ -493,7 +534,17 @@ class SparseGaussianProcess(_GaussianProcessBase):
 
     def call(self, inputs):
         mean, var = self.predict(inputs)
-        return self._output(tfd.Independent(tfd.Normal(mean, tf.sqrt(var)), 2))
+        params = (mean, tf.sqrt(var))
+        dist = _independent_normal(params)
+        seed = self._next_seed()
+
+        def sampler(sample_seed):
+            # Per-point noise: under a multi-replica strategy, each replica's rows of the
+            # global batch's draw (the single-device sample).
+            return per_example_sample(_independent_normal, params, sample_seed, dist)
+
+        return tracing.random_variable(dist, name=self.name, value=lambda: sampler(seed),
+                                       sampler=sampler)
 
     def get_config(self):
         config = super().get_config()

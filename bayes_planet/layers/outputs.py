@@ -31,7 +31,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
-from bayes_planet.layers.base import BayesianLayer, check_positive_int
+from bayes_planet.layers.base import BayesianLayer, check_positive_int, per_example_sample
 from bayes_planet.layers.random_variable import RandomVariable
 
 tfd = tfp.distributions
@@ -123,14 +123,40 @@ class _DistributionLayer(BayesianLayer, keras.layers.Layer):
             x = tf.nn.bias_add(x, tf.cast(self.bias, x.dtype))
         return x
 
-    def _wrap(self, dist, surrogate=None):
+    def call(self, inputs):
+        return self._wrap(self._params(inputs))
+
+    # Subclasses: the distribution of the (projected) input ``x`` (batch on axis 0),
+    # and for samples without a reparameterization gradient a straight-through
+    # surrogate ``x -> tensor`` (None: the sample is reparameterized).
+    def _distribution(self, x):
+        raise NotImplementedError
+
+    _surrogate = None
+
+    def _full_distribution(self, x):
+        dist = self._distribution(x)
         if self.event_ndims:
             dist = tfd.Independent(dist, reinterpreted_batch_ndims=self.event_ndims)
+        return dist
+
+    def _wrap(self, x):
+        """The output `RandomVariable` of the parameters ``x``.
+
+        Its sample is drawn by `per_example_sample`: under a multi-replica strategy each
+        replica's rows of the global batch's sample (the single-device draws).
+        """
+        dist = self._full_distribution(x)
         seed = self._next_seed()
-        if surrogate is None:
-            return RandomVariable(dist, seed=seed)
+
+        def sampler(sample_seed):
+            return per_example_sample(self._full_distribution, x, sample_seed, dist)
+
+        if self._surrogate is None:
+            return RandomVariable(dist, value=lambda: sampler(seed), sampler=sampler)
         return RandomVariable(
-            dist, value=lambda: straight_through(dist.sample(seed=seed), surrogate()))
+            dist, value=lambda: straight_through(sampler(seed), self._surrogate(x)),
+            sampler=sampler)
 
     def get_config(self):
         config = super().get_config()
@@ -194,8 +220,7 @@ class Normal(_DistributionLayer):
                 name="raw_scale", shape=[dim], initializer=keras.initializers.Constant(init))
         super().build(input_shape)
 
-    def call(self, inputs):
-        x = self._params(inputs)
+    def _distribution(self, x):
         if self.scale == "predicted":
             loc, raw = tf.split(x, 2, axis=-1)
             scale = tf.nn.softplus(raw) + self.min_scale
@@ -204,7 +229,7 @@ class Normal(_DistributionLayer):
             scale = tf.nn.softplus(tf.cast(self.raw_scale, x.dtype)) + self.min_scale
         else:
             loc, scale = x, tf.constant(self.scale, x.dtype)
-        return self._wrap(tfd.Normal(loc, scale))
+        return tfd.Normal(loc, scale)
 
     def get_config(self):
         config = super().get_config()
@@ -221,10 +246,11 @@ class Bernoulli(_DistributionLayer):
     output ``(batch, ..., units or d)``; ``event_ndims`` defaults to 1.
     """
 
-    def call(self, inputs):
-        logits = self._params(inputs)
-        dist = tfd.Bernoulli(logits=logits, dtype=logits.dtype)
-        return self._wrap(dist, surrogate=lambda: tf.sigmoid(logits))
+    def _distribution(self, logits):
+        return tfd.Bernoulli(logits=logits, dtype=logits.dtype)
+
+    def _surrogate(self, logits):
+        return tf.sigmoid(logits)
 
 
 @_register
@@ -243,15 +269,12 @@ class Categorical(_DistributionLayer):
 
     _default_event_ndims = 0
 
-    def call(self, inputs):
-        logits = self._params(inputs)
-        dist = tfd.Categorical(logits=logits, dtype=logits.dtype)
+    def _distribution(self, logits):
+        return tfd.Categorical(logits=logits, dtype=logits.dtype)
 
-        def expected_index():
-            classes = _range(tf.shape(logits)[-1], logits.dtype)
-            return tf.reduce_sum(tf.nn.softmax(logits) * classes, axis=-1)
-
-        return self._wrap(dist, surrogate=expected_index)
+    def _surrogate(self, logits):  # the expected class index
+        classes = _range(tf.shape(logits)[-1], logits.dtype)
+        return tf.reduce_sum(tf.nn.softmax(logits) * classes, axis=-1)
 
 
 class _Mixture(_DistributionLayer):
@@ -275,16 +298,22 @@ class _Mixture(_DistributionLayer):
                 f"entries. Received: input_shape={input_shape}")
         super().build(input_shape)
 
-    def call(self, inputs):
-        x = self._params(inputs)
-        if self.units is not None:
+    def _params(self, inputs):
+        x = super()._params(inputs)
+        if self.units is not None:  # [..., units * 3k] -> [..., units, 3k]
+            shape = x.shape
             x = tf.reshape(x, tf.concat([tf.shape(x)[:-1], [self.units, -1]], 0))
-            x.set_shape(tf.TensorShape(inputs.shape)[:-1].concatenate(
-                [self.units, self._params_per_unit]))
+            x.set_shape(shape[:-1].concatenate([self.units, self._params_per_unit]))
+        return x
+
+    def _distribution(self, x):
         logits, loc, raw = tf.split(x, 3, axis=-1)
         scale = tf.nn.softplus(raw) + self.min_scale
-        dist = tfd.MixtureSameFamily(tfd.Categorical(logits=logits), self._component(loc, scale))
-        return self._wrap(dist, surrogate=lambda: tf.reduce_sum(tf.nn.softmax(logits) * loc, -1))
+        return tfd.MixtureSameFamily(tfd.Categorical(logits=logits), self._component(loc, scale))
+
+    def _surrogate(self, x):  # the mixture mean
+        logits, loc, _ = tf.split(x, 3, axis=-1)
+        return tf.reduce_sum(tf.nn.softmax(logits) * loc, -1)
 
     def get_config(self):
         config = super().get_config()
@@ -411,10 +440,13 @@ class DiscretizedDistribution(tfd.Distribution):
         """Continuous value -> (fractional) level units."""
         return (x - self.low) / self.step
 
-    def _sample_n(self, n, seed=None):
-        x = self._distribution.sample(n, seed=seed)
+    def levels(self, x):
+        """Continuous values -> their (nearest, clipped) integer levels, as ``dtype``."""
         level = tf.clip_by_value(tf.round(self.to_level(x)), 0.0, self.num_bins - 1.0)
         return tf.cast(level, self.dtype)
+
+    def _sample_n(self, n, seed=None):
+        return self.levels(self._distribution.sample(n, seed=seed))
 
     def _log_prob(self, k):
         k = tf.cast(k, self.dtype)
@@ -487,8 +519,17 @@ class Discretize(BayesianLayer, keras.layers.Layer):
         disc = DiscretizedDistribution(dist, self.num_bins, self._low, self.high)
         out = tfd.Independent(disc, ndims) if ndims else disc
         seed = self._next_seed()
+        upstream = inputs.sampler if isinstance(inputs, RandomVariable) else None
+
+        def sampler(sample_seed):
+            # The input's own sampler (replica-aware for our output layers), rounded to
+            # levels: the same draws as ``disc.sample(seed=sample_seed)``.
+            if upstream is None:
+                return disc.sample(seed=sample_seed)
+            return disc.levels(upstream(sample_seed))
+
         return RandomVariable(out, value=lambda: straight_through(
-            disc.sample(seed=seed), disc.to_level(dist.mean())))
+            sampler(seed), disc.to_level(dist.mean())), sampler=sampler)
 
     def get_config(self):
         config = super().get_config()

@@ -44,11 +44,16 @@ class RandomVariable:
         straight-through estimators and by flows, whose value is the transformed
         value of their input).
       seed: optional seed for the lazy sample (int or stateless ``[2]`` tensor).
+      sampler: optional callable ``seed -> sample`` drawing one sample of the
+        distribution the way its layer draws its value (e.g. replica-aware, see
+        `bayes_planet.layers.base.per_example_sample`). Used for the lazy value when
+        no ``value`` is given, and by layers that resample their input's distribution
+        (`Discretize`). Default: ``distribution.sample(seed=seed)``.
 
     Shapes: ``value.shape == sample_shape + batch_shape + event_shape``.
     """
 
-    def __init__(self, distribution, sample_shape=(), value=None, seed=None):
+    def __init__(self, distribution, sample_shape=(), value=None, seed=None, sampler=None):
         if not isinstance(distribution, tfd.Distribution):
             raise TypeError(
                 "Expected a tfp.distributions.Distribution. "
@@ -57,6 +62,7 @@ class RandomVariable:
         self._distribution = distribution
         self._sample_shape = tf.TensorShape(sample_shape)
         self._seed = seed
+        self._sampler = sampler
         self._value_fn = None
         if callable(value) and not tf.is_tensor(value):
             self._value_fn, value = value, None
@@ -70,6 +76,11 @@ class RandomVariable:
         return self._distribution
 
     @property
+    def sampler(self):
+        """The ``seed -> sample`` callable given at construction, or None."""
+        return self._sampler
+
+    @property
     def sample_shape(self):
         """`tf.TensorShape` of the drawn sample."""
         return self._sample_shape
@@ -81,6 +92,9 @@ class RandomVariable:
             if self._value_fn is not None:
                 self._value = tf.convert_to_tensor(self._value_fn(), self._distribution.dtype)
                 self._value_fn = None
+            elif self._sampler is not None and self._sample_shape.rank == 0:
+                self._value = tf.convert_to_tensor(self._sampler(self._seed),
+                                                   self._distribution.dtype)
             else:
                 self._value = self._distribution.sample(self._sample_shape, seed=self._seed)
         return self._value

@@ -148,7 +148,7 @@ class _BayesianCell(BayesianLayer):
                  recurrent_initializer="trainable_normal", bias_initializer="zeros",
                  kernel_regularizer="normal_kl_divergence",
                  recurrent_regularizer="normal_kl_divergence", bias_regularizer=None,
-                 seed=None, sampling="sequence", **kwargs):
+                 *, seed=None, sampling="sequence", **kwargs):
         if sampling not in SAMPLINGS:
             raise ValueError(f"Expected sampling in {SAMPLINGS}. Received: sampling={sampling!r}")
         super().__init__(
@@ -346,6 +346,24 @@ class _BayesianLSTMCell(_BayesianCell, keras.layers.LSTMCell):
       ``(h, [h, c])``.
     """
 
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
+                 kernel_initializer="trainable_normal",
+                 recurrent_initializer="trainable_normal", bias_initializer="zeros",
+                 unit_forget_bias=True, kernel_regularizer="normal_kl_divergence",
+                 recurrent_regularizer="normal_kl_divergence", bias_regularizer=None,
+                 kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
+                 dropout=0.0, recurrent_dropout=0.0, *, seed=None, sampling="sequence",
+                 **kwargs):
+        super().__init__(
+            units=units, activation=activation, recurrent_activation=recurrent_activation,
+            use_bias=use_bias, kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer, bias_initializer=bias_initializer,
+            unit_forget_bias=unit_forget_bias, kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer, bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint, dropout=dropout,
+            recurrent_dropout=recurrent_dropout, seed=seed, sampling=sampling, **kwargs)
+
     def build(self, input_shape):
         forget_bias = self.use_bias and self.unit_forget_bias and isinstance(
             self.bias_initializer, DistributionInitializer)
@@ -396,6 +414,25 @@ class _BayesianGRUCell(_BayesianCell, keras.layers.GRUCell):
     Call: ``cell(inputs [B, D], h [B, units] or [h])`` returns ``(h, h or [h])``.
     """
 
+    def __init__(self, units, activation="tanh", recurrent_activation="sigmoid", use_bias=True,
+                 kernel_initializer="trainable_normal",
+                 recurrent_initializer="trainable_normal", bias_initializer="zeros",
+                 kernel_regularizer="normal_kl_divergence",
+                 recurrent_regularizer="normal_kl_divergence", bias_regularizer=None,
+                 kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
+                 dropout=0.0, recurrent_dropout=0.0, reset_after=True, *, seed=None,
+                 sampling="sequence", **kwargs):
+        super().__init__(
+            units=units, activation=activation, recurrent_activation=recurrent_activation,
+            use_bias=use_bias, kernel_initializer=kernel_initializer,
+            recurrent_initializer=recurrent_initializer, bias_initializer=bias_initializer,
+            kernel_regularizer=kernel_regularizer,
+            recurrent_regularizer=recurrent_regularizer, bias_regularizer=bias_regularizer,
+            kernel_constraint=kernel_constraint, recurrent_constraint=recurrent_constraint,
+            bias_constraint=bias_constraint, dropout=dropout,
+            recurrent_dropout=recurrent_dropout, reset_after=reset_after, seed=seed,
+            sampling=sampling, **kwargs)
+
     def call(self, inputs, states, training=None):
         h_tm1 = states[0] if tf.nest.is_nested(states) else states
         dp_mask = self.get_dropout_mask_for_cell(inputs, training, count=1)
@@ -431,33 +468,63 @@ class _BayesianGRUCell(_BayesianCell, keras.layers.GRUCell):
         return h, ([h] if tf.nest.is_nested(states) else h)
 
 
-_REPARAM_DOC = """
+@_register
+class LSTMCellReparameterization(_BayesianLSTMCell):
+    """LSTM cell with reparameterized weight samples (see `_BayesianLSTMCell` for args).
 
     Estimator: reparameterization (Kingma & Welling, 2014; Fortunato et al., 2017):
     the step uses a sampled ``W = loc + scale * eps`` shared by the batch (or by each
     row group with ``sample_weights(num_samples=K)``), so a step costs one Keras step.
+    Arguments: those of `keras.layers.LSTMCell` in its order, plus the keyword-only
+    ``seed`` and ``sampling``.
     """
-_FLIPOUT_DOC = """
+
+    _flipout = False
+
+
+@_register
+class LSTMCellFlipout(_BayesianLSTMCell):
+    """LSTM cell with the Flipout estimator (see `_BayesianLSTMCell` for args).
 
     Estimator: Flipout (Wen et al., 2018): ``x M + ((x ∘ s) (σ ∘ E)) ∘ r`` with one
     perturbation ``E`` per sequence (``sampling='sequence'``) and per-example signs
     ``s, r`` fixed over the sequence, so each example sees its own pseudo-independent
-    weight sample; about twice the matmul cost of the Keras step.
+    weight sample; about twice the matmul cost of the Keras step. Arguments: those
+    of `keras.layers.LSTMCell` in its order, plus the keyword-only ``seed`` and
+    ``sampling``.
     """
 
-
-def _make(name, base, flipout, doc):
-    cls = type(name, (base,), {"_flipout": flipout, "__doc__": base.__doc__ + doc,
-                               "__module__": __name__})
-    return _register(cls)
+    _flipout = True
 
 
-LSTMCellReparameterization = _make("LSTMCellReparameterization", _BayesianLSTMCell, False,
-                                   _REPARAM_DOC)
-LSTMCellFlipout = _make("LSTMCellFlipout", _BayesianLSTMCell, True, _FLIPOUT_DOC)
-GRUCellReparameterization = _make("GRUCellReparameterization", _BayesianGRUCell, False,
-                                  _REPARAM_DOC)
-GRUCellFlipout = _make("GRUCellFlipout", _BayesianGRUCell, True, _FLIPOUT_DOC)
+@_register
+class GRUCellReparameterization(_BayesianGRUCell):
+    """GRU cell with reparameterized weight samples (see `_BayesianGRUCell` for args).
+
+    Estimator: reparameterization (Kingma & Welling, 2014; Fortunato et al., 2017):
+    the step uses a sampled ``W = loc + scale * eps`` shared by the batch (or by each
+    row group with ``sample_weights(num_samples=K)``), so a step costs one Keras step.
+    Arguments: those of `keras.layers.GRUCell` in its order, plus the keyword-only
+    ``seed`` and ``sampling``.
+    """
+
+    _flipout = False
+
+
+@_register
+class GRUCellFlipout(_BayesianGRUCell):
+    """GRU cell with the Flipout estimator (see `_BayesianGRUCell` for args).
+
+    Estimator: Flipout (Wen et al., 2018): ``x M + ((x ∘ s) (σ ∘ E)) ∘ r`` with one
+    perturbation ``E`` per sequence (``sampling='sequence'``) and per-example signs
+    ``s, r`` fixed over the sequence, so each example sees its own pseudo-independent
+    weight sample; about twice the matmul cost of the Keras step. Arguments: those
+    of `keras.layers.GRUCell` in its order, plus the keyword-only ``seed`` and
+    ``sampling``.
+    """
+
+    _flipout = True
+
 
 # `keras.layers.RNN.get_config` nests the cell with its bare class name, which the
 # legacy (SavedModel) loader looks up without the package prefix: register it too.

@@ -80,9 +80,9 @@ def _all_at_once(d_inputs, var_grads):
         return tf.identity(d_inputs), [tf.identity(g) for g in var_grads]
 
 
-def _default_residual(dim, hidden_units, name):
-    return keras.Sequential([keras.layers.Dense(hidden_units, activation="relu"),
-                             keras.layers.Dense(dim)], name=name)
+def _default_residual(dim, hidden_units, name, dtype):
+    return keras.Sequential([keras.layers.Dense(hidden_units, activation="relu", dtype=dtype),
+                             keras.layers.Dense(dim, dtype=dtype)], name=name)
 
 
 @_register
@@ -116,9 +116,9 @@ class RevNetBlock(ReversibleLayer):
                              f"Received: input_shape={input_shape}")
         half = input_shape[:-1].concatenate([dim // 2])
         if self.f is None:
-            self.f = _default_residual(dim // 2, self.hidden_units, "f")
+            self.f = _default_residual(dim // 2, self.hidden_units, "f", self.dtype_policy)
         if self.g is None:
-            self.g = _default_residual(dim // 2, self.hidden_units, "g")
+            self.g = _default_residual(dim // 2, self.hidden_units, "g", self.dtype_policy)
         for net in (self.f, self.g):
             if not net.built:
                 net.build(half)
@@ -175,7 +175,8 @@ class RevNetSequence(ReversibleLayer):
             "num_blocks", num_blocks)
         self.hidden_units = check_positive_int("hidden_units", hidden_units)
         if blocks is None:
-            blocks = [RevNetBlock(hidden_units=self.hidden_units, name=f"block_{i}")
+            blocks = [RevNetBlock(hidden_units=self.hidden_units, name=f"block_{i}",
+                                  dtype=self.dtype_policy)
                       for i in range(self.num_blocks)]
         self.blocks = [deserialize_layer(b) if isinstance(b, dict) else b for b in blocks]
         self._given_blocks = num_blocks is None

@@ -70,22 +70,24 @@ def _stack():
 _CONDITIONED = "_conditioned"  # Marks a value set by `condition` (inner contexts win).
 
 
-def _make(distribution, name, sample_shape=(), value=None, seed=None, **kwargs):
+def _make(distribution, name, sample_shape=(), value=None, seed=None, sampler=None, **kwargs):
     del name  # The name only matters to interceptors.
     kwargs.pop(_CONDITIONED, None)
     if kwargs:
         raise TypeError(f"Unexpected random variable arguments: {sorted(kwargs)}")
-    return RandomVariable(distribution, sample_shape=sample_shape, value=value, seed=seed)
+    return RandomVariable(distribution, sample_shape=sample_shape, value=value, seed=seed,
+                          sampler=sampler)
 
 
-def random_variable(distribution, name=None, sample_shape=(), value=None, seed=None):
+def random_variable(distribution, name=None, sample_shape=(), value=None, seed=None,
+                    sampler=None):
     """Creates a `RandomVariable` through the active interceptors.
 
     Args:
       distribution: a `tfp.distributions.Distribution`.
       name: the name `tape` records it under and `condition` matches
         (default: ``distribution.name``).
-      sample_shape, value, seed: as `RandomVariable`.
+      sample_shape, value, seed, sampler: as `RandomVariable`.
     Returns:
       The `RandomVariable` (possibly with an intercepted value).
     """
@@ -105,7 +107,7 @@ def random_variable(distribution, name=None, sample_shape=(), value=None, seed=N
         return call
 
     return next_fn(len(stack) - 1)(
-        distribution, name, sample_shape=sample_shape, value=value, seed=seed
+        distribution, name, sample_shape=sample_shape, value=value, seed=seed, sampler=sampler
     )
 
 
