@@ -44,22 +44,9 @@ TWINS = {
     bl.MultiHeadAttentionFlipout: (keras.layers.MultiHeadAttention, (2, 4, 6)),
 }
 
-# attention.py belongs to issue #17's engineer; these extend Keras's signature only in
-# part (see the reasons). Strict xfails: they turn into failures once fixed, to be flipped.
-_EINSUM_REASON = (
-    "EinsumDense*.__init__ is (equation, output_shape, activation, bias_axes, "
-    "kernel_initializer, bias_initializer, kernel_regularizer, bias_regularizer, seed, "
-    "**kwargs): Keras's activity_regularizer, kernel_constraint, bias_constraint are "
-    "missing from positions 9-11 (the 9th positional argument binds seed), and seed is "
-    "not keyword-only")
-_MHA_REASON = ("MultiHeadAttention*.__init__ takes seed as a positional-or-keyword "
-               "argument after bias_constraint; new arguments must be keyword-only")
-XFAIL = {
-    bl.EinsumDenseReparameterization: _EINSUM_REASON,
-    bl.EinsumDenseFlipout: _EINSUM_REASON,
-    bl.MultiHeadAttentionReparameterization: _MHA_REASON,
-    bl.MultiHeadAttentionFlipout: _MHA_REASON,
-}
+# Classes whose signature may not (yet) extend their twin's, with the reason: strict xfails.
+XFAIL = {}
+
 
 # Non-default values for each twin parameter, valid for both layers of the pair.
 PROBES = {
@@ -129,9 +116,7 @@ def _positional_args(twin):
             if p.kind is not inspect.Parameter.VAR_KEYWORD]
 
 
-# MultiHeadAttention*'s positional parameters match Keras's: only the keyword-only rule fails.
-@pytest.mark.parametrize("ours, twin, shape", list(_cases(
-    {cls: reason for cls, reason in XFAIL.items() if reason is _EINSUM_REASON})))
+@pytest.mark.parametrize("ours, twin, shape", list(_cases()))
 def test_same_positional_arguments_build_the_same_layer(ours, twin, shape):
     args = _positional_args(twin)
     keras_args = [
