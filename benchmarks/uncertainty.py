@@ -179,9 +179,7 @@ class Layers:
         return getattr(bl, f"{prefix}{estimator}{suffix}")
 
     def _prior(self, *names):
-        from bayes_planet.layers import regularizers
-
-        from bayes_planet.layers import initializers
+        from bayes_planet.layers import initializers, regularizers
 
         if self.model == "variational_dropout":
             return {}
