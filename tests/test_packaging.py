@@ -78,8 +78,11 @@ OTHER_STACK_PYTHON = os.environ.get("BAYES_PLANET_OTHER_STACK_PYTHON")
 
 
 def _cross_stack(python, command, directory):
+    # Not inherited: bayes_planet._keras sets TF_USE_LEGACY_KERAS here on TF >= 2.16, and TF 2.15
+    # would then look for tf-keras.
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     result = subprocess.run([python, "-m", "tests._cross_stack", command, str(directory)],
-                            capture_output=True, text=True, cwd=ROOT, timeout=600)
+                            capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1]) if command == "load" else None
 
