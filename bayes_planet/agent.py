@@ -12,6 +12,8 @@ exploration noise (PlaNet: 0.3) is added during collection and the action clippe
 to the spec by TF-Agents' public ``action()``.
 """
 
+import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
+
 import tensorflow as tf
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step

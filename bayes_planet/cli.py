@@ -8,6 +8,8 @@
 Errors in arguments are reported as one-line messages, not tracebacks.
 """
 
+import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
+
 import argparse
 import sys
 

@@ -10,6 +10,8 @@ own ``path=`` (a YAML with ``defaults`` and the presets, either under a
 ``presets`` key or at the top level).
 """
 
+import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
+
 import copy
 import pathlib
 

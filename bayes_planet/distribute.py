@@ -119,7 +119,10 @@ def _configure_coordination(heartbeat_timeout):
         raise ValueError("Expected a positive number of seconds. Received: "
                          f"heartbeat_timeout={heartbeat_timeout!r}")
     from tensorflow.python.eager import context  # no public setter for the timeout
-    from tensorflow.tsl.protobuf import coordination_config_pb2
+    try:  # TF 2.15; later TF moved the proto under compiler/xla
+        from tensorflow.tsl.protobuf import coordination_config_pb2
+    except ImportError:
+        from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
     jobs = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec().as_dict()
     if context.context().coordination_service is not None or not jobs:
         return

@@ -41,6 +41,8 @@ Writes ``probe.json`` and ``probe_velocity.png`` (true vs predicted velocities o
 episode) into ``<logdir>/probe/`` (or ``out``).
 """
 
+import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
+
 import contextlib
 import json
 import pathlib

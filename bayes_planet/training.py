@@ -16,6 +16,8 @@ every training phase and every collected episode. Killing the process at any
 moment loses at most the updates since the last checkpoint, never data.
 """
 
+import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
+
 import json
 import pathlib
 import time

@@ -1,17 +1,67 @@
-"""Shared pytest configuration: quiet TensorFlow, deterministic seeds per test."""
+"""Shared pytest configuration: quiet TensorFlow, deterministic seeds per test, and
+clean skips of the agent's tests on a layers-only install."""
 
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# First: bayes_planet._keras chooses Keras (and sets TF_USE_LEGACY_KERAS where TF >= 2.16).
+from bayes_planet._keras import keras  # noqa: E402  isort: skip
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
+
+from bayes_planet._extras import AGENT_MODULES, MissingExtraError, agent_extra_installed  # noqa: E402
+
+AGENT_EXTRA_INSTALLED = agent_extra_installed()
+_SKIP_REASON = "the 'agent' extra is not installed (pip install -e '.[agent]', Python 3.10-3.11)"
+
+
+def _needs_agent_extra(exc):
+    """Whether `exc` (or its cause) is an import failure of the agent extra's modules."""
+    while exc is not None:
+        if isinstance(exc, MissingExtraError):
+            return True
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").split(".")[0] in AGENT_MODULES:
+            return True
+        exc = exc.__cause__
+    return False
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """On a layers-only install, a test module that imports the agent is skipped, not an error.
+
+    With the agent extra installed this changes nothing: import errors stay errors.
+    """
+    report = yield
+    if AGENT_EXTRA_INSTALLED or not report.failed or not isinstance(collector, pytest.Module):
+        return report
+    try:
+        _ = collector.obj  # re-imports the module to get the exception itself
+    except collector.CollectError as e:
+        if _needs_agent_extra(e.__cause__):
+            return pytest.CollectReport(collector.nodeid, "skipped",
+                                 (str(collector.path), 0, f"Skipped: {_SKIP_REASON}"),
+                                        [])
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """The same for a test that imports the agent inside its body, or in a subprocess whose
+    traceback (reported by the test) ends in `MissingExtraError`."""
+    report = yield
+    if (not AGENT_EXTRA_INSTALLED and call.excinfo is not None and report.failed
+            and (_needs_agent_extra(call.excinfo.value)
+                 or f"{MissingExtraError.__module__}.MissingExtraError:" in str(report.longrepr))):
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {_SKIP_REASON}")
+    return report
 
 
 @pytest.fixture(autouse=True)
 def _seed_everything():
-    tf.keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(0)
     np.random.seed(0)
     yield
-    tf.keras.backend.clear_session()
+    keras.backend.clear_session()

@@ -78,7 +78,7 @@ def test_chunks_never_cross_episode_boundaries(tmp_path):
         # Every key of a chunk comes from the same episode and steps.
         np.testing.assert_array_equal(batch["image"][..., 0, 0, 0], episode_ids)
         image_times = batch["image"][..., 0, 0, 1].astype(np.int64)
-        image_times += 256 * batch["image"][..., 0, 0, 2]
+        image_times += 256 * batch["image"][..., 0, 0, 2].astype(np.int64)
         np.testing.assert_array_equal(image_times, times)
         np.testing.assert_array_equal(batch["reward"], times)
         np.testing.assert_array_equal(batch["physics"][..., 0], times)

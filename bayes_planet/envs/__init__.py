@@ -13,6 +13,8 @@ Importing this package chooses a headless ``MUJOCO_GL`` backend before ``dm_cont
 (see :mod:`bayes_planet.envs.rendering`).
 """
 
+import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
+
 # The rendering module must be imported before anything imports dm_control or mujoco.
 from bayes_planet.envs import rendering  # isort: skip
 

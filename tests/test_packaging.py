@@ -1,0 +1,116 @@
+"""The install split: the layer library never imports the agent stack; the agent's modules
+fail with one line naming the ``agent`` extra when it is missing (simulated here by hiding
+one of its modules, so the tests run on both the agent and the layers-only install)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from bayes_planet._extras import AGENT_MODULES
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Modules of the agent stack, and heavy modules pulled in only through it.
+AGENT_STACK = AGENT_MODULES + ("dm_env", "pygame", "gym", "imageio_ffmpeg")
+# The layer library and the TF-only modules built on it.
+LIBRARY_MODULES = ("bayes_planet", "bayes_planet.layers", "bayes_planet.metrics",
+                   "bayes_planet.networks", "bayes_planet.export", "bayes_planet.testing",
+                   "bayes_planet.planners")
+
+
+def _python(code, hide=()):
+    """Runs `code` in a fresh interpreter with the modules `hide` made unimportable."""
+    prelude = "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in hide)
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=300)
+
+
+def test_layer_library_does_not_import_the_agent_stack():
+    code = ("import json, sys\n" + "".join(f"import {m}\n" for m in LIBRARY_MODULES)
+            + f"print(json.dumps(sorted(m for m in {AGENT_STACK!r} if m in sys.modules)))\n")
+    result = _python(code)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == []
+
+
+@pytest.mark.parametrize("module", ["bayes_planet.training", "bayes_planet.envs",
+                                    "bayes_planet.agent", "bayes_planet.cli",
+                                    "bayes_planet.config", "bayes_planet.probes"])
+def test_agent_modules_name_the_missing_extra(module):
+    result = _python(
+        f"try:\n    import {module}\nexcept ImportError as e:\n"
+        "    print(type(e).__name__); print(e)\nelse:\n    print('imported')\n",
+        hide=("tf_agents",))
+    assert result.returncode == 0, result.stderr
+    kind, *message = result.stdout.strip().splitlines()
+    assert kind == "MissingExtraError"
+    assert len(message) == 1, message  # one line
+    assert "'agent' extra" in message[0] and "missing: tf_agents" in message[0]
+    assert "pip install 'bayes-planet[agent]'" in message[0]
+
+
+def test_agent_test_modules_skip_with_the_reason_without_the_extra():
+    """conftest turns "the agent extra is missing" into a skip that says so (and only that)."""
+    result = _python(
+        "import pytest\n"
+        "sys.exit(pytest.main(['-q', '-rs', '--co', '-p', 'no:cacheprovider', "
+        "'tests/test_agent.py']))\n", hide=("tf_agents",))
+    assert result.returncode == 5, result.stdout + result.stderr  # nothing collected, no error
+    assert "SKIPPED [1] tests/test_agent.py" in result.stdout
+    assert "the 'agent' extra is not installed" in result.stdout
+
+
+def test_base_dependencies_exclude_the_agent_extra():
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = pytest.importorskip("packaging.requirements")  # a dependency of pytest
+    base, agent = ({requirements.Requirement(r).name for r in reqs}
+                   for reqs in (project["dependencies"], project["optional-dependencies"]["agent"]))
+    assert base == {"tensorflow", "tensorflow-probability", "tf-keras", "numpy", "grpcio"}
+    assert {"tf-agents", "dm-control", "mujoco", "gymnasium", "imageio"} <= agent
+    assert not base & agent
+
+
+OTHER_STACK_PYTHON = os.environ.get("BAYES_PLANET_OTHER_STACK_PYTHON")
+
+
+def _cross_stack(python, command, directory):
+    # Not inherited: bayes_planet._keras sets TF_USE_LEGACY_KERAS here on TF >= 2.16, and TF 2.15
+    # would then look for tf-keras.
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    result = subprocess.run([python, "-m", "tests._cross_stack", command, str(directory)],
+                            capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1]) if command == "load" else None
+
+
+@pytest.mark.skipif(not OTHER_STACK_PYTHON, reason=(
+    "needs BAYES_PLANET_OTHER_STACK_PYTHON: an interpreter with the other TF/Keras stack "
+    "(CI's layers job sets it)"))
+def test_save_load_across_stacks(tmp_path):
+    """A model saved on TF 2.15 (tf.keras) loads on TF >= 2.16 (tf-keras) with the same outputs
+    and KL; back from the newer stack only the weights load (README "Supported versions")."""
+    loads = {}
+    for name, saver, loader in (("here", sys.executable, OTHER_STACK_PYTHON),
+                                ("other", OTHER_STACK_PYTHON, sys.executable)):
+        (tmp_path / name).mkdir()
+        _cross_stack(saver, "save", tmp_path / name)
+        loads[name] = _cross_stack(loader, "load", tmp_path / name)
+    versions = {name: tuple(int(v) for v in r["tf"].split(".")[:2]) for name, r in loads.items()}
+    assert versions["here"] != versions["other"], "both interpreters have the same stack"
+    # Saved on the older stack, loaded on the newer: loads; saved on the newer, loaded on the older.
+    old_to_new, new_to_old = ((loads["here"], loads["other"]) if versions["here"] > versions["other"]
+                              else (loads["other"], loads["here"]))
+    for way in ("model", "weights"):
+        assert "error" not in old_to_new[way], old_to_new[way]
+        assert old_to_new[way]["max_abs_output_diff"] < 1e-5
+        assert old_to_new[way]["kl"] == pytest.approx(old_to_new[way]["saved_kl"], rel=1e-6)
+    assert "error" not in new_to_old["weights"], new_to_old["weights"]
+    assert new_to_old["weights"]["max_abs_output_diff"] < 1e-5
+    assert new_to_old["weights"]["kl"] == pytest.approx(new_to_old["weights"]["saved_kl"], rel=1e-6)
+    if versions["here"] < (2, 16) or versions["other"] < (2, 16):
+        # Keras 2.15 cannot read tf-keras's .keras files (module paths tf_keras.src...).
+        assert "tf_keras" in new_to_old["model"].get("error", ""), new_to_old["model"]
