@@ -123,6 +123,7 @@ class WorldModel(tf.Module):
         return loss, metrics
 
     def _train_step(self, batch, seed, num_transitions):
+        """One update; metrics include ``finite`` (1.0, or 0.0 when the update was skipped)."""
         metrics = self.strategy.run(self._replica_step, (batch, seed, num_transitions))
         # Every replica holds the same global values: report the first local one.
         return {k: self.strategy.experimental_local_results(v)[0] for k, v in metrics.items()}
@@ -141,9 +142,17 @@ class WorldModel(tf.Module):
         if replicas > 1:  # Sum before clipping, so the clip sees the global gradient.
             grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         grads, norm = tf.clip_by_global_norm(grads, self.train_config.grad_clip)
-        self.optimizer.apply_gradients(zip(grads, variables, strict=True),
-                                       skip_gradients_aggregation=replicas > 1)
+        # A non-finite loss or gradient skips the update: weights and optimizer unchanged.
+        finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norm))
+
+        def apply():
+            self.optimizer.apply_gradients(zip(grads, variables, strict=True),
+                                           skip_gradients_aggregation=replicas > 1)
+            return tf.constant(True)
+
+        applied = tf.cond(finite, apply, lambda: tf.constant(False))
         metrics["grad_norm"] = norm
+        metrics["finite"] = tf.cast(applied, tf.float32)
         return metrics
 
     def predict_reward(self, state):

@@ -535,7 +535,7 @@ def main(argv=None):
     parser.add_argument("--probe", action="store_true",
                         help="also run latent probes on finished runs (config: probe.enabled)")
     args = parser.parse_args(argv)
-    config = _config.load_dict(CONFIG_PATH, _config.parse_presets(args.preset), args.set)
+    config = _config.load_dict(CONFIG_PATH, _config.presets_from(args), args.set)
     if args.out:
         config["out"] = args.out
     if args.parallel is not None:
