@@ -151,6 +151,11 @@ def _atomic_write(path, text, fault=None):
     _fsync(path.parent)
 
 
+def _as_dtype(value, dtype):
+    """``value`` as a numpy scalar of a TF dtype (for ``Variable.assign``)."""
+    return np.asarray(value, dtype.as_numpy_dtype)
+
+
 def _one_line(error):
     text = str(error).strip().splitlines()
     return text[0] if text else type(error).__name__
@@ -375,7 +380,6 @@ class Run:
         An unreadable or non-finite checkpoint is reported and an older one tried; with none,
         the initial weights are kept. Returns the restored number or None.
         """
-        import tensorflow as tf
 
         for number, path in reversed(self.checkpoints()):
             if at_most is not None and number > at_most:
@@ -386,7 +390,7 @@ class Run:
                        if v.dtype.is_floating and not np.all(np.isfinite(v.numpy()))]
                 if bad:
                     raise ValueError(f"non-finite values in {bad[0]}")
-            except (tf.errors.OpError, ValueError, AssertionError) as e:
+            except Exception as e:  # noqa: BLE001 (any unreadable file: OpError, IndexError, ...)
                 self.say(f"warning: checkpoint {path} is unreadable ({_one_line(e)}); "
                          "falling back to an older one")
                 continue
@@ -394,6 +398,20 @@ class Run:
         for variable, value in self._initial:  # A failed read may have assigned some.
             variable.assign(value)
         return None
+
+    def begin_episode(self, index):
+        """Sets the layers' per-call noise counters from the stream ``layer_counter(index)``.
+
+        Bayesian and output layers count their calls (noise drawn outside `fixed_noise`); the
+        counters are checkpointed. Starting every episode's work (training phase, collection,
+        evaluation) from counters that depend only on the episode index makes the state after
+        episode ``index`` the same whether or not earlier episodes were collected in this
+        process (a resume redoes their updates without collecting).
+        """
+        value = seeds.int_seed(self.config.seed, "layer_counter", index) % 2**30
+        for variable in self.model.variables:
+            if "seed_counter" in variable.name:
+                variable.assign(_as_dtype(value, variable.dtype))
 
     def save_checkpoint(self, number):
         """Writes checkpoint ``number`` once (temp folder renamed into place); keeps the 2 newest.

@@ -19,6 +19,7 @@ An update with a non-finite loss or gradient is skipped (weights unchanged), cou
 with `bayes_planet.run.NonFiniteError`.
 """
 
+import os
 import pathlib
 import time
 
@@ -30,7 +31,8 @@ from bayes_planet.run import NonFiniteError, Run, fault_point
 from bayes_planet.run import read_metrics as _read_run_metrics
 from bayes_planet.world_model import as_batch
 
-__all__ = ["EpisodeRecorder", "Trainer", "plot_learning_curve", "read_metrics"]
+__all__ = ["EpisodeRecorder", "Trainer", "learning_curve_figure", "plot_learning_curve",
+           "read_metrics"]
 
 
 class EpisodeRecorder:
@@ -188,11 +190,13 @@ class Trainer:
         start = time.perf_counter()
         # Catch up: redo the updates of committed episodes newer than the restored checkpoint.
         for k in range(r.restored or 0, self.replay.num_episodes):
+            r.begin_episode(k)
             if k >= c.train.seed_episodes:
                 self.train(max(0, self.target_updates(k) - int(self.updates.numpy())), k)
         bar = _progress(total, self.replay.num_episodes, progress)
         while self.replay.num_episodes < total:
             k = self.replay.num_episodes
+            r.begin_episode(k)
             losses = {}
             if k >= c.train.seed_episodes:
                 losses = self.train(max(0, self.target_updates(k) - int(self.updates.numpy())))
@@ -257,20 +261,17 @@ def read_metrics(logdir):
     return _read_run_metrics(logdir)
 
 
-def plot_learning_curve(logdir):
-    """Writes ``learning_curve.png``: training and evaluation returns over env steps."""
+def learning_curve_figure(records):
+    """The learning-curve figure of metrics rows: returns (left) and KL terms (right, log)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_metrics(logdir)
-    if not records:
-        return None
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.5))
     ax.plot([r["env_steps"] for r in records], [r["return"] for r in records], ".-",
             label="collection (with noise)")
-    evals = [r for r in records if "eval_return" in r]
+    evals = [r for r in records if r.get("eval_return") is not None]
     ax.plot([r["env_steps"] for r in evals], [r["eval_return"] for r in evals], "o-",
             label="evaluation")
     ax.set(xlabel="environment steps", ylabel="return")
@@ -284,9 +285,22 @@ def plot_learning_curve(logdir):
     if bx.lines:
         bx.legend()
     fig.tight_layout()
+    return fig
+
+
+def plot_learning_curve(logdir):
+    """Writes ``learning_curve.png`` (`learning_curve_figure` of the run's metrics rows)."""
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(logdir)
+    if not records:
+        return None
+    fig = learning_curve_figure(records)
     path = pathlib.Path(logdir) / "learning_curve.png"
-    fig.savefig(path, dpi=100)
+    temp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    fig.savefig(temp, dpi=100, format="png")
     plt.close(fig)
+    os.replace(temp, path)
     return path
 
 
