@@ -14,7 +14,8 @@ one process and alternating A B A B (the machine is shared):
 
 Both use the same compiled train step (its ``tf.cond`` skip of non-finite updates is in both).
 TensorFlow's op determinism is process-wide; ``--compare-determinism`` runs this script twice
-more in subprocesses, with and without it (alternating), and compares the B phases.
+more per pair in subprocesses, with and without it (alternating), and compares their phases
+(A and B alike).
 Prints JSON with medians and the ratios A / B and deterministic / not.
 """
 
@@ -82,6 +83,8 @@ def main(argv=None):
     parser.add_argument("--updates", type=int, default=100)
     parser.add_argument("--no-determinism", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--compare-determinism", action="store_true")
+    parser.add_argument("--pairs", type=int, default=2,
+                        help="determinism on/off subprocess pairs (alternating)")
     args = parser.parse_args(argv)
     times = measure(args.rounds, args.updates, not args.no_determinism)
     a, b = statistics.median(times["A"]), statistics.median(times["B"])
@@ -90,14 +93,15 @@ def main(argv=None):
               "load_average": os.getloadavg()}
     if args.compare_determinism:
         by_mode = {"on": [], "off": []}
-        for _ in range(2):
+        for _ in range(args.pairs):
             for mode in ("on", "off"):
                 cmd = [sys.executable, "-m", "benchmarks.run_overhead", "--rounds", "1",
                        "--updates", str(args.updates)] + (["--no-determinism"] if mode == "off"
                                                           else [])
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-                by_mode[mode].extend(json.loads(out.strip().splitlines()[-1])["B_seconds"])
-        result["determinism_B_seconds"] = by_mode
+                row = json.loads(out.strip().splitlines()[-1])
+                by_mode[mode].extend(row["A_seconds"] + row["B_seconds"])
+        result["determinism_seconds"] = by_mode
         result["determinism_on_over_off"] = (statistics.median(by_mode["on"])
                                              / statistics.median(by_mode["off"]))
     print(json.dumps(result))
