@@ -7,18 +7,20 @@ numbers, in any process, so a resumed run draws exactly what an uninterrupted ru
 process performs them. Different names or indices give independent streams (a SHA-256 of the
 whole key).
 
-The streams a run uses (`bayes_planet.run.Run`, `bayes_planet.training.Trainer`)::
+The streams a run uses (`bayes_planet.run.Run`, `bayes_planet.training.Trainer`; ``w`` is the
+worker, 0 without multi-worker training)::
 
-    weights                     initial weights (Keras initializers, Bayesian layers' seeds)
-    env_reset(worker, k)        initial state of training episode k
-    random_policy(worker, k)    actions of seed episode k
-    collect_policy(worker, k)   planner and exploration noise of training episode k
-    replay(u)                   chunks of update u
-    train_step(u)               latent samples, weight samples, dequantization noise of update u
-    eval_env_reset(k, i), eval_policy(k, i)    evaluation i after episode k
-    open_loop(k)                open-loop video after episode k
-    cli_eval(i), cli_eval_env(i)               `bayes-planet eval`
-    probe_*                     `bayes-planet probe`
+    weights                         initial weights (Keras' global seed, set before building)
+    layer_noise(layer)              each Bayesian transition layer's noise seed
+    layer_counter(k)                the layers' call counters at the start of episode k
+    env_reset(w, k)                 initial state of training episode k
+    random_policy(w, k)             actions of seed episode k
+    collect_policy(w, k)            planner and exploration noise of training episode k
+    replay(u), train_step(u)        chunks, and latent/weight/dequantization noise, of update u
+    eval_env_reset(w, k, i)         evaluation i after k episodes (eval_policy(w, k, i))
+    open_loop(k)                    open-loop video after k episodes
+    cli_eval_env(w, i)              `bayes-planet eval` episode i
+    probe_train_env, probe_test_env(w, i)   `bayes-planet probe` episodes
 
 Example::
 
