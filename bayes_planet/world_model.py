@@ -144,15 +144,21 @@ class WorldModel(tf.Module):
         grads, norm = tf.clip_by_global_norm(grads, self.train_config.grad_clip)
         # A non-finite loss or gradient skips the update: weights and optimizer unchanged.
         finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norm))
+        if replicas == 1:
+            def apply():
+                self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+                return tf.constant(True)
 
-        def apply():
+            tf.cond(finite, apply, lambda: tf.constant(False))
+        else:
+            # apply_gradients synchronizes replicas (merge_call), which TensorFlow does not
+            # allow inside a tf.cond: with several replicas a non-finite step applies zero
+            # gradients instead (no NaN reaches the weights; Adam's moments still decay).
+            grads = [tf.where(finite, g, tf.zeros_like(g)) for g in grads]
             self.optimizer.apply_gradients(zip(grads, variables, strict=True),
-                                           skip_gradients_aggregation=replicas > 1)
-            return tf.constant(True)
-
-        applied = tf.cond(finite, apply, lambda: tf.constant(False))
+                                           skip_gradients_aggregation=True)
         metrics["grad_norm"] = norm
-        metrics["finite"] = tf.cast(applied, tf.float32)
+        metrics["finite"] = tf.cast(finite, tf.float32)
         return metrics
 
     def predict_reward(self, state):
