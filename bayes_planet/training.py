@@ -16,7 +16,8 @@ rerunning the same command and ends exactly as an uninterrupted one:
 
 An update with a non-finite loss or gradient is skipped (weights unchanged), counted
 (``nonfinite_steps`` in metrics) and after ``train.max_nonfinite_steps`` in a row the run stops
-with `bayes_planet.run.NonFiniteError`.
+with `bayes_planet.run.NonFiniteError` (with several replicas the step applies zero gradients
+instead of none; see `WorldModel`).
 """
 
 import os
