@@ -149,7 +149,7 @@ class WorldModel(tf.Module):
                 self.optimizer.apply_gradients(zip(grads, variables, strict=True))
                 return tf.constant(True)
 
-            tf.cond(finite, apply, lambda: tf.constant(False))
+            finite = tf.cond(finite, apply, lambda: tf.constant(False))  # Applied or not.
         else:
             # apply_gradients synchronizes replicas (merge_call), which TensorFlow does not
             # allow inside a tf.cond: with several replicas a non-finite step applies zero
