@@ -1,7 +1,7 @@
 """The ``bayes-planet`` command line.
 
     bayes-planet train --task cartpole-swingup --preset cpu --logdir runs/x [--set key=value ...]
-    bayes-planet eval --logdir runs/x [--episodes 5] [--video]
+    bayes-planet eval --logdir runs/x [--episodes 5] [--video --out DIR]
     bayes-planet probe --logdir runs/x [--episodes 5] [--out DIR] [--test-episodes DIR]
     bayes-planet demo [--epochs 20] [--samples 20] [--seed 0]
 
@@ -11,6 +11,7 @@ Errors in arguments are reported as one-line messages, not tracebacks.
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
 
 import argparse
+import pathlib
 import sys
 
 __all__ = ["main"]
@@ -25,16 +26,17 @@ def _demo(args):
 def _train(args):
     from bayes_planet import config as config_lib
 
-    presets = [p for p in args.preset.split(",") if p] if args.preset else []
+    presets = config_lib.parse_presets(args.preset)
     overrides = list(args.set or [])
     if args.task:
         overrides.insert(0, f"task={args.task}")
     config = config_lib.load(presets, overrides)  # Fails fast, before TensorFlow loads.
+    config_lib.validate(config)
     from bayes_planet.training import Trainer
 
     trainer = Trainer(config, args.logdir)
     records = trainer.run(progress=not args.quiet)
-    evals = [r["eval_return"] for r in records if "eval_return" in r]
+    evals = [r["eval_return"] for r in records if r.get("eval_return") is not None]
     print(f"done: {len(records)} episodes, {records[-1]['env_steps']} env steps, "
           f"last eval return {evals[-1] if evals else float('nan'):.1f}; logdir {args.logdir}")
 
@@ -42,25 +44,26 @@ def _train(args):
 def _eval(args):
     import numpy as np
 
-    from bayes_planet import config as config_lib
     from bayes_planet import envs
-    from bayes_planet.training import Trainer
+    from bayes_planet.run import Run
 
-    path = f"{args.logdir}/config.yaml"
-    try:
-        config = config_lib.read(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"no run in {args.logdir} (missing {path})") from None
-    trainer = Trainer(config, args.logdir)
+    if args.video and not args.out:
+        raise ValueError("eval --video needs --out DIR (eval never writes into the run). "
+                         "Received: --out=None")
+    run = Run(args.logdir, read_only=True)
     returns = []
     for i in range(args.episodes):
-        policy = trainer._py_policy(trainer.eval_policy, 2_000_000 + i)
-        episode, frames = trainer.collect(policy, trainer.py_eval_env, render=args.video)
+        policy = run.policy("eval", 2**30, i)
+        episode, frames = run.collect(policy, "cli_eval_env", i, evaluation=True,
+                                      render=args.video)
         returns.append(float(episode["reward"].sum()))
         if args.video:
-            envs.write_video(np.stack(frames), f"{args.logdir}/videos/eval_cli_{i}.mp4", fps=20)
-    print(f"eval over {args.episodes} episodes: return {np.mean(returns):.1f} "
-          f"± {np.std(returns):.1f} ({', '.join(f'{r:.1f}' for r in returns)})")
+            out = pathlib.Path(args.out)
+            out.mkdir(parents=True, exist_ok=True)
+            envs.write_video(np.stack(frames), out / f"eval_cli_{i}.mp4", fps=20)
+    print(f"eval over {args.episodes} episodes (checkpoint {run.restored}): return "
+          f"{np.mean(returns):.1f} ± {np.std(returns):.1f} "
+          f"({', '.join(f'{r:.1f}' for r in returns)})")
 
 
 def _probe(args):
@@ -87,7 +90,8 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     train = sub.add_parser("train", help="train a (Bayesian) PlaNet agent")
     train.add_argument("--task", default=None, help="e.g. cartpole-swingup (config: task)")
-    train.add_argument("--preset", default="", help="comma-separated presets, e.g. cpu,pixels")
+    train.add_argument("--preset", nargs="*", action="append", default=None,
+                       help="presets merged left to right: --preset cpu,pixels or cpu pixels")
     train.add_argument("--logdir", required=True)
     train.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override any config key, e.g. --set train.batch_size=8")
@@ -96,7 +100,8 @@ def build_parser():
     evaluate = sub.add_parser("eval", help="evaluate a trained agent")
     evaluate.add_argument("--logdir", required=True)
     evaluate.add_argument("--episodes", type=_positive_int, default=5)
-    evaluate.add_argument("--video", action="store_true")
+    evaluate.add_argument("--video", action="store_true", help="write mp4s to --out")
+    evaluate.add_argument("--out", default=None, help="folder for --video (not the run)")
     evaluate.set_defaults(func=_eval)
     probe = sub.add_parser("probe", help="latent probes: R² of true physics from the latent")
     probe.add_argument("--logdir", required=True)
@@ -127,13 +132,26 @@ def build_parser():
 
 
 def main(argv=None):
+    """Runs a command; returns the exit status (0; 2 for a user error; 1 for a diverged run)."""
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
     except (ValueError, TypeError, FileNotFoundError, KeyError) as e:
-        print(f"bayes-planet {args.command}: error: {e}", file=sys.stderr)
+        print(f"bayes-planet {args.command}: error: {_one_line(e)}", file=sys.stderr)
         return 2
+    except RuntimeError as e:
+        from bayes_planet.run import NonFiniteError
+
+        if not isinstance(e, NonFiniteError):
+            raise
+        print(f"bayes-planet {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _one_line(error):
+    text = str(error).strip().splitlines()
+    return text[0] if text else type(error).__name__
 
 
 if __name__ == "__main__":

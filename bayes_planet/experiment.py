@@ -28,13 +28,15 @@ def example_main(argv, doc, config_path, examples, default_preset, hide=()):
       hide: result keys left out of the printed summary (e.g. long histories).
     """
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
-    parser.add_argument("--preset", nargs="+", default=[default_preset],
-                        help=f"presets from {pathlib.Path(config_path).name}, merged in order")
+    config_lib.add_preset_argument(
+        parser, default=[default_preset],
+        help=f"presets from {pathlib.Path(config_path).name}, merged in order (a,b or a b)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="override config keys (dotted paths)")
     parser.add_argument("--out", required=True, help="output directory")
     args = parser.parse_args(argv)
-    config = config_lib.load_dict(config_path, args.preset, args.set)
+    presets = config_lib.presets_from(args)
+    config = config_lib.load_dict(config_path, presets, args.set)
     if config["example"] not in examples:
         raise ValueError(f"Unknown example {config['example']!r}; expected {sorted(examples)}")
     out_dir = pathlib.Path(args.out)
@@ -45,7 +47,7 @@ def example_main(argv, doc, config_path, examples, default_preset, hide=()):
     tf.keras.utils.set_random_seed(config["seed"])
     start = time.time()
     results = examples[config["example"]](config[config["example"]], config["seed"], out_dir)
-    results = {"example": config["example"], "presets": args.preset, **results,
+    results = {"example": config["example"], "presets": presets, **results,
                "seconds": round(time.time() - start, 1)}
     (out_dir / "results.json").write_text(json.dumps(results, indent=2))
     print(json.dumps({k: v for k, v in results.items() if k not in hide}, indent=2))

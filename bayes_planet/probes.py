@@ -268,11 +268,12 @@ def _save_episodes(episodes, directory):
         np.savez_compressed(directory / f"{i:06d}-{len(episode['action'])}.npz", **episode)
 
 
-def _collect(trainer, py_env, count, stream):
+def _collect(run, count, stream, evaluation):
+    """``count`` episodes of the eval policy, seeded by the named streams ``stream(i)``."""
     episodes = []
     for i in range(count):
-        policy = trainer._py_policy(trainer.eval_policy, stream + i)
-        episode, _ = trainer.collect(policy, py_env)
+        policy = run.policy("eval", 2**30 + (1 if evaluation else 0), i)
+        episode, _ = run.collect(policy, stream, i, evaluation=evaluation)
         episodes.append(episode)
     return episodes
 
@@ -323,9 +324,8 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
         (see the module docstring).
       mlp_hidden, alpha, seed: probe settings (see `fit_probes`).
     """
-    from bayes_planet import config as config_lib
     from bayes_planet.layers import posterior_mean
-    from bayes_planet.training import Trainer
+    from bayes_planet.run import Run
 
     logdir = pathlib.Path(logdir)
     out = pathlib.Path(out) if out else logdir / "probe"
@@ -336,14 +336,14 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     if int(episodes) < 1:
         raise ValueError(f"Expected a positive integer. Received: episodes={episodes}")
     horizons = sorted({int(h) for h in horizons})
-    path = logdir / "config.yaml"
-    if not path.exists():
-        raise FileNotFoundError(f"no run in {logdir} (missing {path})")
-    config = config_lib.read(path)
-    trainer = Trainer(config, logdir)
+    trainer = Run(logdir, read_only=True)  # Reads the run; writes only to `out`.
+    config = trainer.config
     say = print if verbose else (lambda *a, **k: None)
-    if trainer.manager.latest_checkpoint is None:
-        say(f"probe: warning: {logdir} has no checkpoint; probing an untrained model")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ValueError(f"cannot write the probe's output to {str(out)!r} ({e.strerror}); "
+                         "pass --out DIR") from None
     physics = trainer.env.physics
     nq, nv = int(physics.model.nq), int(physics.model.nv)
     names, groups = _quantities(trainer.env, config.obs_type)
@@ -357,11 +357,11 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     if train_source == "replay":
         train = replay[-(train_episodes or 100):]
     else:
-        train = _collect(trainer, trainer.py_env, train_episodes or 20, 4_000_000)
+        train = _collect(trainer, train_episodes or 20, "probe_train_env", evaluation=False)
     test = load_episodes(test_episodes) if test_episodes else []
     test_from = str(test_episodes) if test else "fresh"
     if not test:
-        test = _collect(trainer, trainer.py_eval_env, int(episodes), 3_000_000)
+        test = _collect(trainer, int(episodes), "probe_test_env", evaluation=True)
         _save_episodes(test, out / "test_episodes")
         if test_episodes:
             _save_episodes(test, test_episodes)

@@ -174,23 +174,31 @@ class EpisodeReplay:
             from them); older ones are dropped from memory, **their files stay on disk** so the
             run keeps all collected data. On resume only the newest ``max_episodes`` files are
             read. ``None`` (default): keep everything.
+        read_only: Open an existing directory for reading only: nothing is created or deleted
+            (no temp-file cleanup) and :meth:`add` raises.
 
     Raises:
         ValueError: for a bad ``max_episodes``, or an episode file that cannot be read or does
             not match the others (the message names the file).
     """
 
-    def __init__(self, directory, max_episodes=None):
+    def __init__(self, directory, max_episodes=None, read_only=False):
         if max_episodes is not None:
             max_episodes = _check_positive_int("max_episodes", max_episodes)
         self._directory = os.fspath(directory)
+        self._read_only = bool(read_only)
         self._max_episodes = max_episodes
         self._episodes = []  # Dicts of read-only arrays, oldest first.
         self._steps = []  # Their lengths T + 1.
         self._steps_array = None  # Cached np.int64 copy of self._steps for sample().
         self._schema = None  # {key: (dtype, trailing_shape)} of the first episode.
-        os.makedirs(self._directory, exist_ok=True)
-        self._remove_stale_temp_files()
+        if self._read_only:
+            if not os.path.isdir(self._directory):
+                raise ValueError(f"Expected an episode directory. Received: directory="
+                                 f"{self._directory!r} does not exist")
+        else:
+            os.makedirs(self._directory, exist_ok=True)
+            self._remove_stale_temp_files()
         files = self._episode_files()
         self._next_index = files[-1][0] + 1 if files else 0
         if max_episodes is not None:
@@ -245,6 +253,8 @@ class EpisodeReplay:
                 non-finite values, or a key/dtype/shape differing from the first episode).
                 Nothing is written then.
         """
+        if self._read_only:
+            raise ValueError(f"Cannot add to a replay opened read-only ({self._directory})")
         arrays, steps = _validate_episode(episode, self._schema)
         index = self._next_index
         path = self._path(index, steps)
@@ -268,7 +278,7 @@ class EpisodeReplay:
 
     # ------------------------------------------------------------------ sampling
 
-    def sample(self, batch_size, length, rng):
+    def sample(self, batch_size, length, rng, num_episodes=None):
         """Samples chunks of consecutive steps, uniformly over all chunks inside one episode.
 
         Each of the ``batch_size`` chunks is drawn independently (with replacement) from the
@@ -279,6 +289,9 @@ class EpisodeReplay:
             batch_size: Positive int ``B``.
             length: Positive int ``L``, steps per chunk (PlaNet: ``B = L = 50``).
             rng: A ``np.random.Generator``; the result is a deterministic function of its state.
+            num_episodes: Sample only from the oldest ``num_episodes`` episodes in memory (e.g.
+                to redo an update exactly as it was done before later episodes arrived).
+                ``None``: all of them.
 
         Returns:
             dict with the episodes' keys of C-contiguous arrays ``[B, L, ...]`` with the stored
@@ -300,7 +313,14 @@ class EpisodeReplay:
             )
         if self._steps_array is None:
             self._steps_array = np.asarray(self._steps, dtype=np.int64)
-        counts = np.maximum(self._steps_array - length + 1, 0)
+        steps = self._steps_array
+        if num_episodes is not None:
+            num_episodes = _check_positive_int("num_episodes", num_episodes)
+            if num_episodes > len(self._episodes):
+                raise ValueError(f"Expected num_episodes <= {len(self._episodes)} (episodes in "
+                                 f"memory). Received: num_episodes={num_episodes}")
+            steps = steps[:num_episodes]
+        counts = np.maximum(steps - length + 1, 0)
         ends = np.cumsum(counts)
         total = int(ends[-1])
         if total == 0:

@@ -24,6 +24,7 @@ States are dicts ``{mean, std, stoch, deter}`` of shape ``[*batch, size]``;
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import (
     DenseFlipout,
@@ -52,12 +53,12 @@ def dense_factory(estimator, prior_stddev=1.0, seed=0):
         raise ValueError(f"Unknown estimator. Expected one of {sorted(ESTIMATORS)}. "
                          f"Received: estimator={estimator!r}")
     cls = ESTIMATORS[estimator]
-    counter = iter(range(seed * 1000, seed * 1000 + 1000))
 
     def make(units, activation=None, name=None):
         if cls is None:
             return keras.layers.Dense(units, activation, name=name)
-        return cls(units, activation=activation, name=name, seed=next(counter),
+        return cls(units, activation=activation, name=name,
+                   seed=seeds.int_seed(seed, "layer_noise", _layer_index(name)),
                    kernel_regularizer=NormalKLDivergence(stddev=prior_stddev))
 
     return make
@@ -66,6 +67,9 @@ def dense_factory(estimator, prior_stddev=1.0, seed=0):
 class RSSM(keras.layers.Layer):
     """PlaNet's RSSM; see the module docstring.
 
+    Every argument left as None takes the ``model`` default of ``bayes_planet/configs.yaml``
+    (the one place the defaults are written).
+
     Args:
       deter: GRU state size (PlaNet 200).
       stoch: Gaussian latent size (PlaNet 30).
@@ -73,15 +77,30 @@ class RSSM(keras.layers.Layer):
       min_stddev: lower bound added to the latent standard deviations (0.1).
       estimator: transition layers' estimator, one of `ESTIMATORS`.
       bayesian_gru: if True (and the estimator is not deterministic), the GRU cell
-        is `bayes_planet.layers.GRUCellReparameterization`/`GRUCellFlipout`.
+        is `bayes_planet.layers.GRUCellReparameterization`/`GRUCellFlipout`; there is no
+        local-reparameterization cell, so that combination raises a ValueError.
       weight_prior_stddev: stddev of the N(0, s²) weight prior.
-      seed: seeds the Bayesian layers' noise.
+      seed: seeds the Bayesian layers' noise (one seed per layer derived from it).
     """
 
-    def __init__(self, deter=200, stoch=30, hidden=200, min_stddev=0.1,
-                 estimator="deterministic", bayesian_gru=False, weight_prior_stddev=1.0,
+    def __init__(self, deter=None, stoch=None, hidden=None, min_stddev=None,
+                 estimator=None, bayesian_gru=None, weight_prior_stddev=None,
                  seed=0, **kwargs):
         super().__init__(**kwargs)
+        from bayes_planet.config import model_defaults
+
+        given = dict(deter=deter, stoch=stoch, hidden=hidden, min_stddev=min_stddev,
+                     estimator=estimator, bayesian_gru=bayesian_gru,
+                     weight_prior_stddev=weight_prior_stddev)
+        defaults = model_defaults()
+        args = {k: defaults[k] if v is None else v for k, v in given.items()}
+        deter, stoch, hidden = args["deter"], args["stoch"], args["hidden"]
+        min_stddev, estimator = args["min_stddev"], args["estimator"]
+        bayesian_gru, weight_prior_stddev = args["bayesian_gru"], args["weight_prior_stddev"]
+        if bayesian_gru and estimator == "local_reparameterization":
+            raise ValueError("Expected estimator 'reparameterization' or 'flipout' with "
+                             "bayesian_gru=True (there is no local-reparameterization GRU "
+                             "cell). Received: estimator='local_reparameterization'")
         self.deter_size, self.stoch_size, self.min_stddev = deter, stoch, min_stddev
         self.estimator = estimator
         bayes = dense_factory(estimator, weight_prior_stddev, seed)
@@ -100,7 +119,7 @@ class RSSM(keras.layers.Layer):
         from bayes_planet.layers import GRUCellFlipout, GRUCellReparameterization
 
         cls = GRUCellFlipout if estimator == "flipout" else GRUCellReparameterization
-        return cls(deter, name="gru", seed=seed + 7)
+        return cls(deter, name="gru", seed=seeds.int_seed(seed, "layer_noise", _layer_index("gru")))
 
     def build_for(self, action_size, embed_size):
         """Creates every variable (eagerly), so rollouts can run inside loops/tf.function."""
@@ -205,6 +224,14 @@ class RSSM(keras.layers.Layer):
     def kl(self, post, prior):
         """KL(q(z_t | h_t, e_t) || p(z_t | h_t)) per step, ``[*batch, T]``."""
         return tfd.kl_divergence(self.distribution(post), self.distribution(prior))
+
+
+_LAYERS = ("transition_in", "prior_hidden", "prior_stats", "gru")
+
+
+def _layer_index(name):
+    """A stable index of a transition layer in the ``layer_noise`` stream."""
+    return _LAYERS.index(name) if name in _LAYERS else len(_LAYERS) + sum(map(ord, name or ""))
 
 
 def _split_weight_seed(seed, weight_seed):

@@ -1,41 +1,41 @@
 """The agent loop: seed episodes, then {train, collect with the planner, evaluate}.
 
-Everything lives in the run's logdir and a killed run resumes by rerunning the
-same command::
+The run directory is owned by `bayes_planet.run.Run` (validation, lock, atomic config,
+checkpoints, metrics; see its docstring for the layout and guarantees). A killed run resumes by
+rerunning the same command and ends exactly as an uninterrupted one:
 
-    <logdir>/config.yaml        the merged config (a different config is refused)
-    <logdir>/episodes/*.npz     every collected episode (`EpisodeReplay`)
-    <logdir>/checkpoints/       model, optimizer, update counter (CheckpointManager)
-    <logdir>/metrics.jsonl      one line per collected / evaluated episode
-    <logdir>/events.*           TensorBoard summaries (losses, state/weight KL, returns)
-    <logdir>/learning_curve.png, <logdir>/videos/*.gif|mp4
+* episode ``k`` is committed when its file is written to ``episodes/``; before that the loop
+  writes the checkpoint ``ckpt-(k+1)`` (every ``train.checkpoint_every`` episodes) and the
+  metrics row, which `Run` discards if the episode file never came;
+* every random number comes from a named stream (`bayes_planet.seeds`): episode ``k`` resets the
+  environment and seeds its policy from ``k``, update ``u`` samples its chunks and its noise from
+  ``u``, so whichever process does the work draws the same numbers;
+* after restoring an older checkpoint (``checkpoint_every > 1`` or a damaged newer one), the
+  updates of the episodes already on disk are redone with the replay limited to the episodes
+  that existed at the time (`EpisodeReplay.sample`'s ``num_episodes``).
 
-The number of collected episodes is read from the replay (the data on disk is
-the source of truth); the number of updates from the checkpoint, written after
-every training phase and every collected episode. Killing the process at any
-moment loses at most the updates since the last checkpoint, never data.
+An update with a non-finite loss or gradient is skipped (weights unchanged), counted
+(``nonfinite_steps`` in metrics) and after ``train.max_nonfinite_steps`` in a row the run stops
+with `bayes_planet.run.NonFiniteError` (with several replicas the step applies zero gradients
+instead of none; see `WorldModel`).
 """
 
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
 
-import json
+import os
 import pathlib
 import time
 
 import numpy as np
 import tensorflow as tf
-from tf_agents.drivers import py_driver
-from tf_agents.environments import tf_py_environment
-from tf_agents.policies import py_tf_eager_policy, random_py_policy
 
-from bayes_planet import config as config_lib
-from bayes_planet import distribute, envs
-from bayes_planet.agent import PlannerPolicy
-from bayes_planet.envs.tf_agents_env import TFAgentsEnv
-from bayes_planet.replay import EpisodeReplay
-from bayes_planet.world_model import WorldModel, as_batch
+from bayes_planet import envs, seeds
+from bayes_planet.run import NonFiniteError, Run, fault_point
+from bayes_planet.run import read_metrics as _read_run_metrics
+from bayes_planet.world_model import as_batch
 
-__all__ = ["EpisodeRecorder", "Trainer"]
+__all__ = ["EpisodeRecorder", "Trainer", "learning_curve_figure", "plot_learning_curve",
+           "read_metrics"]
 
 
 class EpisodeRecorder:
@@ -92,105 +92,87 @@ def _physics(info):
 
 
 class Trainer:
-    """Builds everything for one run in ``logdir`` and runs the agent loop.
+    """The agent loop over a run directory opened for writing (`bayes_planet.run.Run`).
 
     Args:
-      config: merged `Config`.
+      config: merged `Config` (validated completely before anything is written).
       logdir: run directory (created; resumed if it holds a run of the same config).
+    Attributes:
+      run: the `Run`; ``model``, ``replay``, ``updates``, ``strategy``, ``env``,
+      ``eval_env``, ``py_env``, ``py_eval_env`` are its objects.
     """
 
     def __init__(self, config, logdir):
-        self.config, self.logdir = config, pathlib.Path(logdir)
-        c = config
-        # First (a multi-worker strategy must exist before other ops); see docs/distributed.md.
-        self.strategy = distribute.make_strategy(c.strategy)
-        env_seed = c.seed
-        if not distribute.is_chief(self.strategy):  # Own episodes, logs and checkpoints.
-            task = self.strategy.cluster_resolver
-            self.logdir = self.logdir / f"{task.task_type}_{task.task_id}"
-            env_seed = c.seed + 100_003 * (1 + task.task_id)
-        size = (c.env.image_size, c.env.image_size)
-        self.env = envs.make(c.task, obs_type=c.obs_type, seed=env_seed,
-                             action_repeat=c.env.action_repeat, size=size,
-                             episode_length=c.env.episode_length)
-        self.eval_env = envs.make(c.task, obs_type=c.obs_type, seed=env_seed + 10_000,
-                                  action_repeat=c.env.action_repeat, size=size,
-                                  episode_length=c.env.episode_length)
-        self._check_logdir()  # After the task is known to exist.
-        self.py_env, self.py_eval_env = TFAgentsEnv(self.env), TFAgentsEnv(self.eval_env)
-        self.obs_key = next(iter(self.env.observation_spec()))
-        obs_shape = self.env.observation_spec()[self.obs_key].shape
-        action_size = self.env.action_spec().shape[0]
-        self.replay = EpisodeReplay(self.logdir / "episodes")
-        self.model = WorldModel(c, obs_shape, action_size, strategy=self.strategy)
-        self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
-        self.checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.model.optimizer,
-                                              updates=self.updates)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.logdir / "checkpoints",
-                                                  max_to_keep=2)
-        if self.manager.latest_checkpoint:
-            self.checkpoint.restore(self.manager.latest_checkpoint).assert_existing_objects_matched()
-        self.writer = tf.summary.create_file_writer(str(self.logdir))
-        tf_env = tf_py_environment.TFPyEnvironment(self.py_env)
-        specs = (tf_env.time_step_spec(), tf_env.action_spec())
-        self.collect_policy = PlannerPolicy(*specs, self.model, c.planner, explore=True,
-                                            seed=c.seed)
-        self.eval_policy = PlannerPolicy(*specs, self.model, c.planner, explore=False,
-                                         seed=c.seed + 1)
-        self.rng = np.random.default_rng([c.seed, self.replay.num_episodes])
-
-    def _check_logdir(self):
-        path = self.logdir / "config.yaml"
-        if path.exists():
-            previous = config_lib.read(path)
-            if previous != self.config:
-                diff = _diff(previous.to_dict(), self.config.to_dict())
-                raise config_lib.ConfigError(
-                    f"logdir {self.logdir} holds a run with a different config ({diff}); "
-                    "use a new --logdir or the same presets and --set values")
-        else:
-            config_lib.write(self.config, path)
+        self.run_dir = Run(logdir, config)
+        r = self.run_dir
+        self.config, self.logdir = r.config, r.logdir
+        self.strategy, self.model, self.replay, self.updates = r.strategy, r.model, r.replay, r.updates
+        self.env, self.eval_env, self.py_env, self.py_eval_env = (
+            r.env, r.eval_env, r.py_env, r.py_eval_env)
 
     # -- phases ------------------------------------------------------------------------------
-    def collect(self, policy, py_env, render=False):
-        """Runs one episode with a TF-Agents PyDriver; returns (episode, frames)."""
-        action_size = self.env.action_spec().shape[0]
-        render_fn = py_env.render if render else None
-        recorder = EpisodeRecorder(self.obs_key, action_size, render_fn, py_env.get_info)
-        driver = py_driver.PyDriver(py_env, policy, observers=[recorder], max_episodes=1)
-        time_step = py_env.reset()
-        recorder.start()
-        driver.run(time_step, policy.get_initial_state(1))
-        return recorder.episodes[-1]
-
-    def _py_policy(self, policy, episode_index):
-        if policy is None:
-            spec = self.py_env.action_spec()
-            return random_py_policy.RandomPyPolicy(
-                self.py_env.time_step_spec(), spec, seed=self.config.seed * 100_003 + episode_index)
-        policy.reseed(self.config.seed, episode_index)
-        if not hasattr(policy, "_py_wrapper"):
-            policy._py_wrapper = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True)
-        return policy._py_wrapper
-
-    def train(self, num_updates):
-        """``num_updates`` gradient steps on chunks sampled from the replay."""
+    def target_updates(self, episode_index):
+        """Updates done once the training phase before episode ``episode_index`` has run."""
         c = self.config.train
-        metrics = []
+        return max(0, episode_index - c.seed_episodes + 1) * c.updates_per_episode
+
+    def train(self, num_updates, num_episodes=None):
+        """``num_updates`` gradient steps on chunks of the oldest ``num_episodes`` episodes.
+
+        Update ``u`` draws its chunks from the stream ``replay(u)`` and its noise from
+        ``train_step(u)``. Returns the mean metrics over the finite steps (NaN if none) plus
+        ``nonfinite_steps``; raises `NonFiniteError` after ``train.max_nonfinite_steps``
+        non-finite steps in a row.
+        """
+        c, r = self.config.train, self.run_dir
+        seed = self.config.seed
+        metrics, skipped = [], 0
         for _ in range(num_updates):
-            chunk = self.replay.sample(c.batch_size, c.chunk_length, self.rng)
-            seed = tf.constant([self.config.seed, int(self.updates.numpy()) % (2**31 - 1)],
-                               tf.int32)
-            step = self.model.train_step(as_batch(chunk, "obs"), seed, self.replay.num_steps)
+            u = int(self.updates.numpy())
+            chunk = self.replay.sample(c.batch_size, c.chunk_length,
+                                       seeds.numpy_rng(seed, "replay", u), num_episodes)
+            step = self.model.train_step(as_batch(chunk, "obs"),
+                                         seeds.tf_seed(seed, "train_step", u),
+                                         self._transitions(num_episodes))
             self.updates.assign_add(1)
-            metrics.append({k: float(v) for k, v in step.items()})
-        return {k: float(np.mean([m[k] for m in metrics])) for k in metrics[0]} if metrics else {}
+            step = {k: float(v) for k, v in step.items()}
+            if step.pop("finite") < 1.0:
+                skipped += 1
+                r.nonfinite.assign_add(1)
+                r.nonfinite_in_a_row.assign_add(1)
+                limit = c.max_nonfinite_steps
+                if int(r.nonfinite_in_a_row.numpy()) >= limit:
+                    raise NonFiniteError(
+                        f"training diverged: {limit} updates in a row (up to update {u + 1}) had "
+                        f"a non-finite loss or gradient (last loss {step['loss']}); they were "
+                        "skipped and nothing non-finite was saved. Lower train.learning_rate "
+                        "or raise train.max_nonfinite_steps")
+            else:
+                r.nonfinite_in_a_row.assign(0)
+                metrics.append(step)
+            fault_point("train")
+        if not num_updates:
+            return {}
+        keys = metrics[0] if metrics else {"loss": 0}
+        out = {k: float(np.mean([m[k] for m in metrics])) if metrics else float("nan")
+               for k in keys}
+        out["nonfinite_steps"] = skipped
+        return out
+
+    def _transitions(self, num_episodes):
+        if num_episodes is None or num_episodes == self.replay.num_episodes:
+            return self.replay.num_steps
+        steps = [len(e["action"]) - 1 for e in self.replay.episodes()[:num_episodes]]
+        return int(sum(steps))
 
     def evaluate(self, episode_index):
+        """Mean return of ``eval.episodes`` evaluation episodes after ``episode_index`` episodes."""
         returns, videos = [], []
         for i in range(self.config.eval.episodes):
-            policy = self._py_policy(self.eval_policy, 1_000_000 + 1000 * episode_index + i)
-            episode, frames = self.collect(policy, self.py_eval_env, render=self.config.eval.video)
+            policy = self.run_dir.policy("eval", episode_index, i)
+            episode, frames = self.run_dir.collect(
+                policy, "eval_env_reset", episode_index, i, evaluation=True,
+                render=self.config.eval.video, fault="eval")
             returns.append(float(episode["reward"].sum()))
             videos.append(frames)
         if self.config.eval.video and videos[0]:
@@ -202,35 +184,47 @@ class Trainer:
 
     # -- the loop ----------------------------------------------------------------------------
     def run(self, progress=True):
-        """Runs (or resumes) the loop until ``train.episodes`` episodes are collected."""
-        c = self.config
+        """Runs (or resumes) the loop until ``train.episodes`` episodes are collected.
+
+        Releases the run's lock when done. Returns the metrics rows.
+        """
+        c, r = self.config, self.run_dir
         total = c.train.episodes
-        bar = _progress(total, self.replay.num_episodes, progress)
         start = time.perf_counter()
+        # Catch up: redo the updates of committed episodes newer than the restored checkpoint.
+        for k in range(r.restored or 0, self.replay.num_episodes):
+            r.begin_episode(k)
+            if k >= c.train.seed_episodes:
+                self.train(max(0, self.target_updates(k) - int(self.updates.numpy())), k)
+        bar = _progress(total, self.replay.num_episodes, progress)
         while self.replay.num_episodes < total:
-            index = self.replay.num_episodes
+            k = self.replay.num_episodes
+            r.begin_episode(k)
             losses = {}
-            if index >= c.train.seed_episodes:
-                target = (index - c.train.seed_episodes + 1) * c.train.updates_per_episode
-                losses = self.train(max(0, target - int(self.updates.numpy())))
-                self.manager.save(checkpoint_number=int(self.updates.numpy()))
-                policy = self._py_policy(self.collect_policy, index)
+            if k >= c.train.seed_episodes:
+                losses = self.train(max(0, self.target_updates(k) - int(self.updates.numpy())))
+                policy, fault = r.policy("collect", k), "plan"
             else:
-                policy = self._py_policy(None, index)
-            episode, _ = self.collect(policy, self.py_env)
-            self.replay.add(episode)
-            record = {"episode": index + 1, "env_steps": self.env_steps(),
+                policy, fault = r.policy("random", k), "seed_episode"
+            episode, _ = r.collect(policy, "env_reset", k, fault=fault)
+            record = {"episode": k + 1,
+                      "env_steps": (self.replay.num_steps + len(episode["action"]) - 1)
+                      * self.env.action_repeat,
                       "updates": int(self.updates.numpy()),
                       "return": float(episode["reward"].sum()), **losses,
                       "seconds": time.perf_counter() - start}
-            if index >= c.train.seed_episodes and (index + 1) % c.eval.every == 0:
-                record["eval_return"] = self.evaluate(index + 1)
-                self.summarize_open_loop(index + 1)
-            self.manager.save(checkpoint_number=int(self.updates.numpy()))
-            self._log(record)
+            if k >= c.train.seed_episodes and (k + 1) % c.eval.every == 0:
+                record["eval_return"] = self.evaluate(k + 1)
+                self.summarize_open_loop(k + 1)
+            if (k + 1) % c.train.checkpoint_every == 0 or k + 1 == total:
+                r.save_checkpoint(k + 1)
+            r.append_metrics(record)
+            self.replay.add(episode)  # The commit.
+            self._summarize(record)
             bar.update(record)
         bar.close()
         plot_learning_curve(self.logdir)
+        r.close()
         return self.read_metrics()
 
     def env_steps(self):
@@ -241,79 +235,76 @@ class Trainer:
         if not self.model.pixels:
             return
         length = min(self.config.train.chunk_length, 50)
-        chunk = self.replay.sample(min(4, self.config.train.batch_size), length, self.rng)
+        chunk = self.replay.sample(min(4, self.config.train.batch_size), length,
+                                   seeds.numpy_rng(self.config.seed, "open_loop", step))
         truth, pred = self.model.open_loop(as_batch(chunk, "obs"), context,
-                                           tf.constant([self.config.seed, step]))
+                                           seeds.tf_seed(self.config.seed, "open_loop", step))
         frames = np.concatenate([truth[0].numpy(), pred[0].numpy()], 2)  # [T, H, 2W, 3]
         folder = self.logdir / "videos"
         folder.mkdir(exist_ok=True)
         envs.write_video((frames * 255).astype(np.uint8), folder / f"open_loop_{step:05d}.gif",
                          fps=10)
-        with self.writer.as_default():
+        with self.run_dir.summary_writer().as_default():
             tf.summary.image("open_loop", frames[::5], step=step, max_outputs=10)
 
-    def _log(self, record):
-        with open(self.logdir / "metrics.jsonl", "a") as f:
-            f.write(json.dumps(record) + "\n")
-        with self.writer.as_default():
+    def _summarize(self, record):
+        writer = self.run_dir.summary_writer()
+        with writer.as_default():
             for key, value in record.items():
-                if key not in ("episode",):
+                if key != "episode" and value is not None and np.isfinite(value):
                     tf.summary.scalar(key, value, step=record["env_steps"])
-        self.writer.flush()
+        writer.flush()
 
     def read_metrics(self):
         return read_metrics(self.logdir)
 
 
 def read_metrics(logdir):
-    path = pathlib.Path(logdir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The metrics rows of a run (see `bayes_planet.run.read_metrics`)."""
+    return _read_run_metrics(logdir)
 
 
-def plot_learning_curve(logdir):
-    """Writes ``learning_curve.png``: training and evaluation returns over env steps."""
+def learning_curve_figure(records):
+    """The learning-curve figure of metrics rows: returns (left) and KL terms (right, log)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = read_metrics(logdir)
-    if not records:
-        return None
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.5))
     ax.plot([r["env_steps"] for r in records], [r["return"] for r in records], ".-",
             label="collection (with noise)")
-    evals = [r for r in records if "eval_return" in r]
+    evals = [r for r in records if r.get("eval_return") is not None]
     ax.plot([r["env_steps"] for r in evals], [r["eval_return"] for r in evals], "o-",
             label="evaluation")
     ax.set(xlabel="environment steps", ylabel="return")
     ax.legend()
     for key in ("state_kl", "weight_kl"):
-        pts = [(r["env_steps"], r[key]) for r in records if key in r]
-        if pts:
-            bx.plot(*zip(*pts, strict=True), label=key)
+        pts = [(r["env_steps"], r[key]) for r in records
+               if r.get(key) is not None and r[key] > 0]  # A log axis: positive values only.
+        if pts:  # Markers, so a single point is visible.
+            bx.plot(*zip(*pts, strict=True), ".-", label=key)
     bx.set(xlabel="environment steps", ylabel="KL (nats)", yscale="log")
     if bx.lines:
         bx.legend()
     fig.tight_layout()
+    return fig
+
+
+def plot_learning_curve(logdir):
+    """Writes ``learning_curve.png`` (`learning_curve_figure` of the run's metrics rows)."""
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(logdir)
+    if not records:
+        return None
+    fig = learning_curve_figure(records)
     path = pathlib.Path(logdir) / "learning_curve.png"
-    fig.savefig(path, dpi=100)
+    temp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    fig.savefig(temp, dpi=100, format="png")
     plt.close(fig)
+    os.replace(temp, path)
     return path
-
-
-def _diff(a, b, prefix=""):
-    out = []
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out.extend(_diff(va, vb, f"{prefix}{key}.").split("; ") if _diff(va, vb) else [])
-        elif va != vb:
-            out.append(f"{prefix}{key}: {va!r} -> {vb!r}")
-    return "; ".join(x for x in out if x)
 
 
 class _progress:

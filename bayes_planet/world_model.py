@@ -123,6 +123,7 @@ class WorldModel(tf.Module):
         return loss, metrics
 
     def _train_step(self, batch, seed, num_transitions):
+        """One update; metrics include ``finite`` (1.0, or 0.0 when the update was skipped)."""
         metrics = self.strategy.run(self._replica_step, (batch, seed, num_transitions))
         # Every replica holds the same global values: report the first local one.
         return {k: self.strategy.experimental_local_results(v)[0] for k, v in metrics.items()}
@@ -141,9 +142,23 @@ class WorldModel(tf.Module):
         if replicas > 1:  # Sum before clipping, so the clip sees the global gradient.
             grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         grads, norm = tf.clip_by_global_norm(grads, self.train_config.grad_clip)
-        self.optimizer.apply_gradients(zip(grads, variables, strict=True),
-                                       skip_gradients_aggregation=replicas > 1)
+        # A non-finite loss or gradient skips the update: weights and optimizer unchanged.
+        finite = tf.logical_and(tf.math.is_finite(loss), tf.math.is_finite(norm))
+        if replicas == 1:
+            def apply():
+                self.optimizer.apply_gradients(zip(grads, variables, strict=True))
+                return tf.constant(True)
+
+            finite = tf.cond(finite, apply, lambda: tf.constant(False))  # Applied or not.
+        else:
+            # apply_gradients synchronizes replicas (merge_call), which TensorFlow does not
+            # allow inside a tf.cond: with several replicas a non-finite step applies zero
+            # gradients instead (no NaN reaches the weights; Adam's moments still decay).
+            grads = [tf.where(finite, g, tf.zeros_like(g)) for g in grads]
+            self.optimizer.apply_gradients(zip(grads, variables, strict=True),
+                                           skip_gradients_aggregation=True)
         metrics["grad_norm"] = norm
+        metrics["finite"] = tf.cast(finite, tf.float32)
         return metrics
 
     def predict_reward(self, state):

@@ -94,7 +94,7 @@ def grid(config, out):
         sets = [f"task={config['task']}", f"seed={int(seed)}",
                 f"model.estimator={variant['estimator']}",
                 f"planner.beta={variant['beta']}", *config["overrides"]]
-        train_config = config_lib.load(config["base_presets"], sets)  # Fails fast.
+        train_config = config_lib.validate(config_lib.load(config["base_presets"], sets))
         runs.append({"variant": variant["name"], "seed": int(seed), "sets": sets,
                      "logdir": pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}",
                      "episodes": train_config.train.episodes})
@@ -285,8 +285,10 @@ def coverage_curves(logdir, coverage, steps_by_episode):
 
 def read_run(run, config):
     """Curves and numbers of one run from its logdir."""
+    from bayes_planet.run import read_metrics
+
     logdir = run["logdir"]
-    records = read_jsonl(logdir / "metrics.jsonl")
+    records = read_metrics(logdir)  # The run's reader: a torn last row is left out.
     evals = [(r["env_steps"], r["eval_return"]) for r in records if "eval_return" in r]
     out = {
         "logdir": str(logdir), "episodes": len(records),
@@ -535,7 +537,7 @@ def main(argv=None):
     parser.add_argument("--probe", action="store_true",
                         help="also run latent probes on finished runs (config: probe.enabled)")
     args = parser.parse_args(argv)
-    config = _config.load_dict(CONFIG_PATH, _config.parse_presets(args.preset), args.set)
+    config = _config.load_dict(CONFIG_PATH, _config.presets_from(args), args.set)
     if args.out:
         config["out"] = args.out
     if args.parallel is not None:

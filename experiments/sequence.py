@@ -247,12 +247,12 @@ def run(config):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--preset", nargs="+", default=[], help="presets, merged in order")
+    config_lib.add_preset_argument(parser)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set transformer.epochs=5")
     parser.add_argument("--out", required=True, help="output directory")
     args = parser.parse_args(argv)
-    config = load_config(args.preset, args.set)
+    config = load_config(config_lib.presets_from(args), args.set)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

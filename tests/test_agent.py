@@ -78,16 +78,17 @@ def test_debug_run_end_to_end_then_eval(tmp_path):
     assert [r["episode"] for r in records] == [1, 2, 3]
     assert records[-1]["updates"] == 3 and "eval_return" in records[-1]
     assert np.isfinite(records[-1]["loss"]) and records[-1]["weight_kl"] > 0
-    for name in ("learning_curve.png", "config.yaml", "checkpoints/checkpoint"):
+    for name in ("learning_curve.png", "config.yaml", "checkpoints/ckpt-000003/ckpt.index"):
         assert (logdir / name).exists(), name
     assert list(logdir.glob("events.out.tfevents.*"))
     assert list((logdir / "videos").glob("eval_*.gif"))
     assert len(list((logdir / "episodes").glob("*.npz"))) == 3
 
-    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1", "--video")
+    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1", "--video",
+                  "--out", str(tmp_path / "eval"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "eval over 1 episodes" in result.stdout
-    assert (logdir / "videos" / "eval_cli_0.mp4").stat().st_size > 0
+    assert (tmp_path / "eval" / "eval_cli_0.mp4").stat().st_size > 0
 
 
 @pytest.mark.parametrize("args, message", [
@@ -95,6 +96,7 @@ def test_debug_run_end_to_end_then_eval(tmp_path):
     (["train", "--preset", "debug", "--set", "train.batchsize=3"], "unknown config key"),
     (["train", "--preset", "debugg"], "unknown preset"),
     (["eval", "--episodes", "1"], "no run in"),
+    (["eval", "--episodes", "1", "--video"], "--out"),
 ])
 def test_cli_errors_are_messages_not_tracebacks(tmp_path, args, message):
     result = _cli(*args, "--logdir", str(tmp_path / "x"))

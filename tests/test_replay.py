@@ -387,3 +387,33 @@ def test_sigkill_during_writes_keeps_complete_episodes(tmp_path):
     )
     batch = resumed.sample(8, 40, np.random.default_rng(0))
     assert batch["image"].shape == (8, 40, 32, 32, 3)
+
+
+def test_sample_from_the_oldest_episodes_only(tmp_path):
+    """``num_episodes=k`` redoes an update as it was drawn when only k episodes existed."""
+    replay = EpisodeReplay(tmp_path)
+    replay.add(make_episode(0, 10))
+    replay.add(make_episode(1, 10))
+    early = replay.sample(16, 4, np.random.default_rng(3))
+    replay.add(make_episode(2, 10))
+    again = replay.sample(16, 4, np.random.default_rng(3), num_episodes=2)
+    for key in early:
+        np.testing.assert_array_equal(early[key], again[key])
+    only_first = replay.sample(64, 4, np.random.default_rng(4), num_episodes=1)
+    np.testing.assert_array_equal(only_first["state"][..., 0], 0)  # Episode id 0 only.
+    with pytest.raises(ValueError, match="num_episodes=4"):
+        replay.sample(2, 4, np.random.default_rng(0), num_episodes=4)
+
+
+def test_read_only_replay_writes_and_deletes_nothing(tmp_path):
+    replay = EpisodeReplay(tmp_path)
+    replay.add(make_episode(0, 5))
+    stale = tmp_path / ".000001-5.npz.tmp.999999999"
+    stale.write_bytes(b"x")
+    reader = EpisodeReplay(tmp_path, read_only=True)
+    assert reader.num_episodes == 1 and stale.exists()
+    with pytest.raises(ValueError, match="read-only"):
+        reader.add(make_episode(1, 5))
+    with pytest.raises(ValueError, match="does not exist"):
+        EpisodeReplay(tmp_path / "missing", read_only=True)
+    assert not (tmp_path / "missing").exists()

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -201,43 +200,38 @@ def test_reward_prediction_beats_the_mean_on_held_out_random_episodes():
     assert mse_model < 0.7 * mse_mean, (mse_model, mse_mean)
 
 
-def _run(logdir, episodes, wait=True):
+def _run(logdir, episodes, fault=None):
     cmd = [sys.executable, "-m", "bayes_planet.cli", "train", "--preset", "debug",
            "--logdir", str(logdir), "--quiet", "--set", f"train.episodes={episodes}"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    if wait:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    env.pop("BAYES_PLANET_FAULT", None)
+    if fault:
+        env["BAYES_PLANET_FAULT"] = fault  # SIGKILL at a named point (bayes_planet.run).
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
-    """SIGKILL a debug run after its first planning episode, rerun the same command."""
+    """SIGKILL a debug run during its second planning episode, rerun the same command."""
+    from bayes_planet.run import Run
+
     logdir = tmp_path / "run"
-    proc = _run(logdir, episodes=5, wait=False)
-    deadline = time.time() + 300
+    killed = _run(logdir, episodes=5, fault="plan:20")  # 15 steps per episode: in episode 4.
+    assert killed.returncode == -signal.SIGKILL
     episodes = logdir / "episodes"
-    while time.time() < deadline:
-        if episodes.exists() and len(list(episodes.glob("*.npz"))) >= 3:
-            break
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
     saved = {p.name: p.read_bytes() for p in episodes.glob("*.npz")}
-    assert len(saved) >= 3
-    latest = tf.train.latest_checkpoint(str(logdir / "checkpoints"))
-    assert latest is not None
+    assert len(saved) == 3
+    latest = sorted((logdir / "checkpoints").glob("ckpt-*"))[-1]
+    assert latest.name == "ckpt-000003"  # ckpt-4 is written only with episode 4.
+    prefix = str(latest / "ckpt")
 
-    from bayes_planet.training import Trainer
-
-    trainer = Trainer(config_lib.read(logdir / "config.yaml"), logdir)
-    assert trainer.replay.num_episodes == len(saved)
-    assert int(trainer.updates.numpy()) == tf.train.load_variable(
-        latest, "updates/.ATTRIBUTES/VARIABLE_VALUE")
-    variable = trainer.model.rssm.post_stats.kernel
-    key = next(k for k, _ in tf.train.list_variables(latest)
+    run = Run(logdir, read_only=True)
+    assert run.restored == 3 and run.replay.num_episodes == len(saved)
+    assert int(run.updates.numpy()) == tf.train.load_variable(
+        prefix, "updates/.ATTRIBUTES/VARIABLE_VALUE") == 3
+    variable = run.model.rssm.post_stats.kernel
+    key = next(k for k, _ in tf.train.list_variables(prefix)
                if "post_stats" in k and "kernel" in k and "optimizer" not in k)
-    np.testing.assert_array_equal(variable.numpy(), tf.train.load_variable(latest, key))
-    del trainer
+    np.testing.assert_array_equal(variable.numpy(), tf.train.load_variable(prefix, key))
 
     result = _run(logdir, episodes=5)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -245,7 +239,8 @@ def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
     assert len(files) == 5
     for name, content in saved.items():  # collected data survived untouched
         assert (episodes / name).read_bytes() == content
-    assert tf.train.load_variable(tf.train.latest_checkpoint(str(logdir / "checkpoints")),
+    latest = sorted((logdir / "checkpoints").glob("ckpt-*"))[-1]
+    assert tf.train.load_variable(str(latest / "ckpt"),
                                   "updates/.ATTRIBUTES/VARIABLE_VALUE") == (5 - 2) * 3
 
 
@@ -270,3 +265,16 @@ def test_rssm_with_a_bayesian_gru_cell(estimator):
     assert len(rssm.losses) == 5  # three dense layers + the cell's kernel and recurrent kernel
     again, _ = rssm.observe(embed, action, tf.constant([1, 2]))
     np.testing.assert_array_equal(post["deter"].numpy(), again["deter"].numpy())
+
+
+def test_rssm_defaults_are_the_yaml_defaults():
+    model = config_lib.load().model
+    rssm = RSSM()
+    assert (rssm.deter_size, rssm.stoch_size, rssm.min_stddev, rssm.estimator) == (
+        model.deter, model.stoch, model.min_stddev, model.estimator)
+    assert rssm.transition_in.units == model.hidden
+
+
+def test_bayesian_gru_with_local_reparameterization_is_an_error():
+    with pytest.raises(ValueError, match="local_reparameterization"):
+        RSSM(deter=8, stoch=3, hidden=8, estimator="local_reparameterization", bayesian_gru=True)

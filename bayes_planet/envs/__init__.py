@@ -18,15 +18,15 @@ import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent'
 # The rendering module must be imported before anything imports dm_control or mujoco.
 from bayes_planet.envs import rendering  # isort: skip
 
+from bayes_planet.envs.checks import validate_action
 from bayes_planet.envs.dmc import (
     DEFAULT_ACTION_REPEAT,
     PLANET_TASKS,
     DMCEnv,
     known_tasks,
-    make,
     resolve_task,
-    validate_action,
 )
+from bayes_planet.envs.factory import make
 from bayes_planet.envs.gym_adapter import FromGymnasium, GymnasiumEnv
 from bayes_planet.envs.rendering import RenderingUnavailableError
 from bayes_planet.envs.video import side_by_side, write_video

@@ -30,13 +30,20 @@ from dm_control import suite
 from dm_control.mujoco import engine
 from dm_env import specs
 
+from bayes_planet.envs.checks import (
+    OBS_TYPES,
+    check_positive_int,
+    check_seed,
+    check_size,
+    validate_action,
+)
+
 __all__ = [
     "DEFAULT_ACTION_REPEAT",
     "DMCEnv",
     "PLANET_TASKS",
     "TASK_ALIASES",
     "known_tasks",
-    "make",
     "resolve_task",
     "validate_action",
 ]
@@ -71,7 +78,6 @@ DEFAULT_CAMERA = {"quadruped": 2}
 #: Length of a DMC episode in control steps (before action repeat).
 DMC_EPISODE_LENGTH = 1000
 
-OBS_TYPES = ("pixels", "state")
 
 
 def known_tasks():
@@ -104,67 +110,6 @@ def resolve_task(task):
             f"Unknown task. Received: task={task!r}. Known tasks: {', '.join(known_tasks())}"
         )
     return domain, task_name
-
-
-def _check_positive_int(name, value):
-    """Returns ``value`` as int if it is a positive integer, else raises."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"Expected a positive integer. Received: {name}={value!r}")
-    return int(value)
-
-
-def _check_size(size):
-    """Returns ``(height, width)`` from an int or a pair of positive ints."""
-    if isinstance(size, numbers.Integral) and not isinstance(size, bool):
-        size = (size, size)
-    if (
-        not isinstance(size, (tuple, list))
-        or len(size) != 2
-        or any(isinstance(s, bool) or not isinstance(s, numbers.Integral) or s <= 0 for s in size)
-    ):
-        raise ValueError(
-            "Expected size as a positive integer or a (height, width) pair. "
-            f"Received: size={size!r}"
-        )
-    return int(size[0]), int(size[1])
-
-
-def _check_seed(seed):
-    """Returns ``seed`` as int (or ``None``) if valid, else raises."""
-    if seed is None:
-        return None
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2**32:
-        raise ValueError(f"Expected an integer in [0, 2**32) or None. Received: seed={seed!r}")
-    return int(seed)
-
-
-def validate_action(action, spec):
-    """Checks an action against a bounded spec and clips it to the bounds.
-
-    Args:
-        action: array-like of shape ``spec.shape``.
-        spec: a ``dm_env.specs.BoundedArray``-like object with ``shape``, ``dtype``, ``minimum``
-            and ``maximum``.
-
-    Returns:
-        The action as a ``spec.dtype`` array of shape ``spec.shape``, clipped to the bounds.
-
-    Raises:
-        TypeError: if the action is not numeric.
-        ValueError: if the action has the wrong shape or contains NaN or infinity.
-    """
-    try:
-        array = np.asarray(action, dtype=np.float64)
-    except (TypeError, ValueError) as error:
-        raise TypeError(f"Expected a numeric action array. Received: action={action!r}") from error
-    if array.shape != tuple(spec.shape):
-        raise ValueError(
-            f"Expected an action of shape {tuple(spec.shape)}. "
-            f"Received: action with shape {array.shape}"
-        )
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"Expected a finite action (no NaN or inf). Received: action={array}")
-    return np.clip(array, spec.minimum, spec.maximum).astype(spec.dtype)
 
 
 class DMCEnv:
@@ -210,17 +155,17 @@ class DMCEnv:
         self.obs_type = obs_type
         if action_repeat is None:
             action_repeat = DEFAULT_ACTION_REPEAT.get(self.domain, FALLBACK_ACTION_REPEAT)
-        self._action_repeat = _check_positive_int("action_repeat", action_repeat)
+        self._action_repeat = check_positive_int("action_repeat", action_repeat)
         if episode_length is None:
             episode_length = DMC_EPISODE_LENGTH
-        self._episode_length = _check_positive_int("episode_length", episode_length)
+        self._episode_length = check_positive_int("episode_length", episode_length)
         if self._episode_length < self._action_repeat:
             raise ValueError(
                 f"Expected episode_length >= action_repeat ({self._action_repeat}). "
                 f"Received: episode_length={episode_length}"
             )
-        self._size = _check_size(size)
-        seed = _check_seed(seed)
+        self._size = check_size(size)
+        seed = check_seed(seed)
         if obs_type == "pixels":
             rendering.require_rendering()
 
@@ -358,7 +303,7 @@ class DMCEnv:
             seed: Non-negative integer, or ``None`` for a nondeterministic seed.
         """
         self._check_open()
-        self._env.task.random.seed(_check_seed(seed))
+        self._env.task.random.seed(check_seed(seed))
 
     def reset(self):
         """Starts a new episode.
@@ -525,60 +470,3 @@ class DMCEnv:
         if self.obs_type == "pixels":
             return {"image": self.render()}
         return {"state": self._flat_state()}
-
-
-def make(
-    task,
-    obs_type="pixels",
-    seed=0,
-    action_repeat=None,
-    size=(64, 64),
-    camera=None,
-    episode_length=None,
-    **kwargs,
-):
-    """Creates a plain environment for ``task``.
-
-    Args:
-        task: A DMC ``'domain-task'`` name (see :func:`known_tasks`), or ``'gym:ENV_ID'`` for a
-            gymnasium environment (e.g. ``'gym:Pendulum-v1'``) wrapped by
-            :class:`bayes_planet.envs.FromGymnasium`.
-        obs_type: ``'pixels'`` or ``'state'``.
-        seed: Seed of the initial-state randomness (``None``: nondeterministic).
-        action_repeat: Agent-step repeat; ``None`` uses PlaNet's per-domain default for DMC and 1
-            for gymnasium.
-        size: Image ``(height, width)``.
-        camera: DMC camera index or name (``None``: domain default). Not used for gymnasium.
-        episode_length: Episode length before action repeat (``None``: 1000 for DMC, the
-            gymnasium env's time limit otherwise).
-        **kwargs: Passed to :class:`DMCEnv` (e.g. ``fast_render``) or :class:`FromGymnasium`.
-
-    Returns:
-        A :class:`DMCEnv` or :class:`bayes_planet.envs.FromGymnasium`.
-    """
-    if isinstance(task, str) and task.startswith("gym:"):
-        from bayes_planet.envs.gym_adapter import FromGymnasium
-
-        if camera is not None:
-            raise ValueError(f"camera is only supported for DMC tasks. Received: camera={camera!r}")
-        if obs_type not in OBS_TYPES:
-            raise ValueError(f"Expected obs_type in {OBS_TYPES}. Received: obs_type={obs_type!r}")
-        return FromGymnasium(
-            task[len("gym:") :],
-            pixels=obs_type == "pixels",
-            size=size,
-            action_repeat=1 if action_repeat is None else action_repeat,
-            seed=seed,
-            episode_length=episode_length,
-            **kwargs,
-        )
-    return DMCEnv(
-        task,
-        obs_type=obs_type,
-        seed=seed,
-        action_repeat=action_repeat,
-        size=size,
-        camera=camera,
-        episode_length=episode_length,
-        **kwargs,
-    )

@@ -13,11 +13,11 @@ import numpy as np
 from dm_env import specs
 from gymnasium import spaces
 
-from bayes_planet.envs.dmc import (
+from bayes_planet.envs.checks import (
     OBS_TYPES,
-    _check_positive_int,
-    _check_seed,
-    _check_size,
+    check_positive_int,
+    check_seed,
+    check_size,
     validate_action,
 )
 
@@ -157,14 +157,14 @@ class FromGymnasium:
             )
         self.gym_env = gym_env
         self.obs_type = OBS_TYPES[0] if pixels else OBS_TYPES[1]
-        self._size = _check_size(size)
-        self._action_repeat = _check_positive_int("action_repeat", action_repeat)
-        self._next_seed = _check_seed(seed)
+        self._size = check_size(size)
+        self._action_repeat = check_positive_int("action_repeat", action_repeat)
+        self._next_seed = check_seed(seed)
         if episode_length is None:
             spec = getattr(gym_env, "spec", None)
             episode_length = getattr(spec, "max_episode_steps", None)
         if episode_length is not None:
-            episode_length = _check_positive_int("episode_length", episode_length)
+            episode_length = check_positive_int("episode_length", episode_length)
             if episode_length < self._action_repeat:
                 raise ValueError(
                     f"Expected episode_length >= action_repeat ({self._action_repeat}). "
@@ -239,7 +239,7 @@ class FromGymnasium:
 
     def seed(self, seed):
         """Seeds the next :meth:`reset` (``None``: nondeterministic)."""
-        self._next_seed = _check_seed(seed)
+        self._next_seed = check_seed(seed)
         self.gym_env.action_space.seed(self._next_seed)
 
     def reset(self):

@@ -1,0 +1,77 @@
+"""Named random streams: every random number of a run derives from (config seed, name, indices).
+
+A stream is identified by a name (``"env_reset"``, ``"replay"``, ...) and integer indices (an
+episode number, an update number, ...). The same ``(seed, name, indices)`` always gives the same
+numbers, in any process, so a resumed run draws exactly what an uninterrupted run draws: episode
+``k`` starts from the same initial state and update ``u`` samples the same chunks whichever
+process performs them. Different names or indices give independent streams (a SHA-256 of the
+whole key).
+
+The streams a run uses (`bayes_planet.run.Run`, `bayes_planet.training.Trainer`; ``w`` is the
+worker, 0 without multi-worker training)::
+
+    weights                         initial weights (Keras' global seed, set before building)
+    layer_noise(layer)              each Bayesian transition layer's noise seed
+    layer_counter(k)                the layers' call counters at the start of episode k
+    env_reset(w, k)                 initial state of training episode k
+    random_policy(w, k)             actions of seed episode k
+    collect_policy(w, k)            planner and exploration noise of training episode k
+    replay(u), train_step(u)        chunks, and latent/weight/dequantization noise, of update u
+    eval_env_reset(w, k, i)         evaluation i after k episodes (eval_policy(w, k, i))
+    open_loop(k)                    open-loop video after k episodes
+    cli_eval_env(w, i)              `bayes-planet eval` episode i
+    probe_train_env, probe_test_env(w, i)   `bayes-planet probe` episodes
+
+Example::
+
+    rng = seeds.numpy_rng(config.seed, "replay", update)      # np.random.Generator
+    seed = seeds.tf_seed(config.seed, "train_step", update)   # stateless [2] int32 tensor
+    env.seed(seeds.int_seed(config.seed, "env_reset", 0, episode))
+"""
+
+import hashlib
+import numbers
+
+import numpy as np
+
+__all__ = ["int_seed", "numpy_rng", "pair", "tf_seed"]
+
+_MAX = 2**31 - 1
+
+
+def _key(seed, name, indices):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"Expected a non-negative integer. Received: seed={seed!r}")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"Expected a stream name (non-empty string). Received: name={name!r}")
+    for index in indices:
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise ValueError(f"Expected integer stream indices. Received: {name}{indices!r}")
+    text = f"{int(seed)}/{name}/" + "/".join(str(int(i)) for i in indices)
+    return hashlib.sha256(text.encode()).digest()
+
+
+def pair(seed, name, *indices):
+    """Two 31-bit non-negative ints identifying the stream (a stateless TF seed)."""
+    digest = _key(seed, name, indices)
+    return (int.from_bytes(digest[:4], "little") & _MAX,
+            int.from_bytes(digest[4:8], "little") & _MAX)
+
+
+def int_seed(seed, name, *indices):
+    """One 31-bit non-negative int for APIs that take an int seed (environments, Keras)."""
+    return pair(seed, name, *indices)[0]
+
+
+def numpy_rng(seed, name, *indices):
+    """A fresh ``np.random.Generator`` (PCG64) for the stream."""
+    digest = _key(seed, name, indices)
+    return np.random.default_rng([int.from_bytes(digest[i:i + 4], "little")
+                                  for i in range(0, 16, 4)])
+
+
+def tf_seed(seed, name, *indices):
+    """A stateless ``[2]`` int32 seed tensor for ``tf.random.stateless_*`` ops."""
+    import tensorflow as tf
+
+    return tf.constant(pair(seed, name, *indices), tf.int32)

@@ -1,0 +1,339 @@
+"""Trustworthy runs (issue #18): reproducible from a seed, crash-safe, one owner of the logdir.
+
+Crashes are injected with ``BAYES_PLANET_FAULT=point:n`` (`bayes_planet.run.fault_point`), which
+SIGKILLs the trainer the n-th time it reaches a named point: no timing luck.
+"""
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from bayes_planet import config as config_lib
+from bayes_planet import seeds
+
+WALL_CLOCK = ("seconds",)
+
+
+def _cli(*args, fault=None, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("BAYES_PLANET_FAULT", None)
+    if fault:
+        env["BAYES_PLANET_FAULT"] = fault
+    return subprocess.run([sys.executable, "-m", "bayes_planet.cli", *args],
+                          capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def _train(logdir, *sets, fault=None):
+    args = ["train", "--preset", "debug", "--logdir", str(logdir), "--quiet",
+            "--set", "eval.video=false"]
+    for s in sets:
+        args += ["--set", s]
+    return _cli(*args, fault=fault)
+
+
+def _rows(logdir):
+    """metrics.jsonl parsed strictly (NaN/Infinity are not JSON) without wall-clock fields."""
+    def strict(name):
+        raise ValueError(f"not JSON: {name}")
+    rows = [json.loads(line, parse_constant=strict)
+            for line in (logdir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in rows]
+
+
+def _latest_checkpoint(logdir):
+    folders = sorted((logdir / "checkpoints").glob("ckpt-*"))
+    return str(folders[-1] / "ckpt") if folders else None
+
+
+def _tensors(prefix):
+    import tensorflow as tf
+
+    return {k: tf.train.load_variable(prefix, k) for k, _ in tf.train.list_variables(prefix)}
+
+
+def _error_lines(stderr):
+    """The CLI's error lines (third-party import warnings such as gym's are not ours)."""
+    assert "Traceback" not in stderr, stderr
+    return [line for line in stderr.splitlines() if line.startswith("bayes-planet")]
+
+
+def _snapshot(folder):
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None)
+            for p in sorted(folder.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted debug run (seed 0): 2 seed episodes, 1 planning episode + eval."""
+    logdir = tmp_path_factory.mktemp("reference") / "run"
+    result = _train(logdir)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return logdir
+
+
+# -- reproducibility ------------------------------------------------------------------------
+def test_same_seed_gives_identical_metrics_and_checkpoints_another_seed_differs(reference,
+                                                                                tmp_path):
+    again = _train(tmp_path / "again")
+    other = _train(tmp_path / "other", "seed=1")
+    assert again.returncode == 0 and other.returncode == 0, again.stderr[-2000:]
+    ref_rows = _rows(reference)
+    assert [r["episode"] for r in ref_rows] == [1, 2, 3]
+    assert "loss" in ref_rows[-1] and "eval_return" in ref_rows[-1]
+    assert _rows(tmp_path / "again") == ref_rows
+    a, b = _tensors(_latest_checkpoint(reference)), _tensors(_latest_checkpoint(tmp_path / "again"))
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    c = _tensors(_latest_checkpoint(tmp_path / "other"))
+    kernels = [k for k in a if "kernel" in k and "optimizer" not in k and "OPTIMIZER" not in k]
+    assert kernels and all(not np.array_equal(a[k], c[k]) for k in kernels)
+    other_rows = _rows(tmp_path / "other")
+    assert other_rows[0]["return"] != ref_rows[0]["return"]  # Another initial state.
+
+
+# -- crash safety -----------------------------------------------------------------------------
+FAULTS = [
+    pytest.param("config_write", marks=pytest.mark.slow),
+    pytest.param("seed_episode:20", marks=pytest.mark.slow),  # During the 2nd seed episode.
+    "train:2",  # After the 2nd update of the first training phase.
+    pytest.param("plan:5", marks=pytest.mark.slow),  # 5 steps into the planning episode.
+    pytest.param("eval:5", marks=pytest.mark.slow),
+    "checkpoint_write:3",  # The 3rd checkpoint: written, not yet renamed into place.
+    "metrics_write:3",  # A torn 3rd row.
+]
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_sigkill_at_any_phase_then_rerun_equals_the_uninterrupted_run(reference, tmp_path,
+                                                                      fault):
+    logdir = tmp_path / "run"
+    killed = _train(logdir, fault=fault)
+    assert killed.returncode == -9, (fault, killed.returncode, killed.stderr[-2000:])
+    rerun = _train(logdir)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "done: 3 episodes" in rerun.stdout
+    assert _rows(logdir) == _rows(reference)  # Every episode's row exactly once, same numbers.
+    a, b = _tensors(_latest_checkpoint(reference)), _tensors(_latest_checkpoint(logdir))
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    leftovers = [p.name for p in logdir.rglob("*") if ".tmp" in p.name]
+    assert not leftovers
+
+
+def test_resume_from_an_older_checkpoint_redoes_the_updates_exactly(reference, tmp_path):
+    """checkpoint_every=2: a kill after episode 3's row resumes from ckpt-2 and retrains."""
+    logdir = tmp_path / "run"
+    sets = ("train.episodes=4", "train.checkpoint_every=3")
+    full = _train(tmp_path / "full", *sets)
+    assert full.returncode == 0, full.stderr[-2000:]
+    killed = _train(logdir, *sets, fault="metrics_write:4")  # ckpt-3 exists, episode 4 not.
+    assert killed.returncode == -9
+    shutil.rmtree(next((logdir / "checkpoints").glob("ckpt-000003")))  # Force the fallback.
+    rerun = _train(logdir, *sets)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert _rows(logdir) == _rows(tmp_path / "full")
+    a, b = _tensors(_latest_checkpoint(tmp_path / "full")), _tensors(_latest_checkpoint(logdir))
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_a_damaged_latest_checkpoint_falls_back_to_an_older_one(reference, tmp_path):
+    logdir = tmp_path / "run"
+    shutil.copytree(reference, logdir)
+    latest = sorted((logdir / "checkpoints").glob("ckpt-*"))[-1]
+    for data in latest.glob("ckpt.data-*"):
+        data.write_bytes(b"garbage")
+    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "falling back to an older one" in result.stderr
+    assert "checkpoint 2" in result.stdout
+
+
+def test_a_second_trainer_on_a_locked_logdir_is_refused_and_writes_nothing(reference, tmp_path):
+    logdir = tmp_path / "run"
+    shutil.copytree(reference, logdir)
+    before = _snapshot(logdir)
+    # Hold the writer lock exactly as a running trainer does (fcntl.flock on <logdir>/.lock).
+    with open(logdir / ".lock", "r+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = _train(logdir, "train.episodes=4")
+    assert result.returncode == 2
+    assert "in use by another trainer" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert _snapshot(logdir) == before
+
+
+def test_divergence_stops_with_a_message_finite_checkpoint_and_valid_json(tmp_path):
+    logdir = tmp_path / "run"
+    result = _train(logdir, "train.learning_rate=1.0e+12", "train.max_nonfinite_steps=2",
+                    "train.episodes=5")
+    assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
+    assert "training diverged" in result.stderr and "Traceback" not in result.stderr
+    _rows(logdir)  # Strict JSON: raises on NaN.
+    checkpoints = sorted((logdir / "checkpoints").glob("ckpt-*"))
+    assert checkpoints
+    for checkpoint in checkpoints:
+        for key, value in _tensors(str(checkpoint / "ckpt")).items():
+            if np.asarray(value).dtype.kind == "f":
+                assert np.all(np.isfinite(value)), (checkpoint.name, key)
+
+
+def test_nonfinite_steps_are_skipped_counted_and_logged(tmp_path):
+    """One diverging update, then finite ones: the run finishes and counts the skipped steps."""
+    logdir = tmp_path / "run"
+    result = _train(logdir, "train.learning_rate=1.0e+12", "train.max_nonfinite_steps=100")
+    assert result.returncode == 0, result.stderr[-2000:]
+    last = _rows(logdir)[-1]
+    assert last["nonfinite_steps"] >= 1  # NaN losses are null in the row, not bare NaN.
+
+
+# -- bad input --------------------------------------------------------------------------------
+@pytest.mark.parametrize("sets, message", [
+    (["train.batch_size=0"], "train.batch_size=0"),
+    (["planner.horizon=0"], "planner.horizon=0"),
+    (["model.estimator=flipot"], "model.estimator='flipot'"),
+    (["train.learning_rate=-1"], "train.learning_rate=-1"),
+    (["train.updates_per_episode=-1"], "train.updates_per_episode=-1"),
+    (["train.episodes=0"], "train.episodes=0"),
+    (["eval.every=0"], "eval.every=0"),
+    (["train.episodes=null"], "train.episodes"),
+    (["train.learning_rate=abc"], "train.learning_rate"),
+    (["model.bayesian_gru=true", "model.estimator=local_reparameterization"],
+     "local_reparameterization"),
+])
+def test_bad_config_values_are_one_line_errors_and_write_nothing(tmp_path, capsys, sets,
+                                                                  message):
+    from bayes_planet import cli
+
+    logdir = tmp_path / "run"
+    argv = ["train", "--preset", "debug", "--logdir", str(logdir)]
+    for s in sets:
+        argv += ["--set", s]
+    assert cli.main(argv) == 2
+    err = _error_lines(capsys.readouterr().err)
+    assert len(err) == 1 and message in err[0], err
+    assert not logdir.exists()
+
+
+def test_yaml_exponent_without_a_dot_is_a_float():
+    config = config_lib.load(["debug"], ["train.learning_rate=1e-4"])
+    assert config.train.learning_rate == 1e-4
+    config_lib.validate(config)
+
+
+def test_bad_logdirs_and_bad_runs_are_one_line_errors(tmp_path, capsys):
+    from bayes_planet import cli
+
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    garbage = tmp_path / "garbage"
+    garbage.mkdir()
+    (garbage / "config.yaml").write_text("{{{ not: yaml")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.yaml").write_text("")
+    cases = [
+        (["train", "--preset", "debug", "--logdir", str(a_file)], "is a file"),
+        (["train", "--preset", "debug", "--logdir", str(a_file / "sub")], "cannot write"),
+        (["train", "--preset", "debug", "--logdir", str(garbage)], "not valid YAML"),
+        (["train", "--preset", "debug", "--logdir", str(empty)], "config mapping"),
+        (["eval", "--logdir", str(garbage)], "not valid YAML"),
+        (["eval", "--logdir", str(tmp_path / "none")], "no run in"),
+        (["probe", "--logdir", str(empty)], "config mapping"),
+    ]
+    for argv, message in cases:
+        assert cli.main(argv) == 2, argv
+        err = _error_lines(capsys.readouterr().err)
+        assert len(err) == 1 and message in err[0], (argv, err)
+    assert (garbage / "config.yaml").read_text() == "{{{ not: yaml"
+
+
+def test_eval_without_a_checkpoint_is_refused(tmp_path):
+    logdir = tmp_path / "run"
+    assert _train(logdir, fault="seed_episode:1").returncode == -9  # Config, no checkpoint.
+    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1")
+    assert result.returncode == 2
+    assert "no checkpoint" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_eval_and_probe_on_a_read_only_run_write_nothing_there(reference, tmp_path):
+    logdir = tmp_path / "run"
+    shutil.copytree(reference, logdir)
+    before = _snapshot(logdir)
+    for path in [logdir, *logdir.rglob("*")]:
+        path.chmod(0o555 if path.is_dir() else 0o444)
+    try:
+        result = _cli("eval", "--logdir", str(logdir), "--episodes", "1", "--video",
+                      "--out", str(tmp_path / "videos"))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert (tmp_path / "videos" / "eval_cli_0.mp4").stat().st_size > 0
+        result = _cli("probe", "--logdir", str(logdir), "--episodes", "1", "--horizons", "1",
+                      "--out", str(tmp_path / "probe"))
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert (tmp_path / "probe" / "probe.json").exists()
+        assert _snapshot(logdir) == before
+    finally:
+        for path in [logdir, *logdir.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+# -- the pieces -------------------------------------------------------------------------------
+def test_named_streams_are_stable_and_independent():
+    assert seeds.pair(0, "replay", 3) == seeds.pair(0, "replay", 3)
+    assert seeds.pair(0, "replay", 3) != seeds.pair(0, "replay", 4)
+    assert seeds.pair(0, "replay", 3) != seeds.pair(1, "replay", 3)
+    assert seeds.pair(0, "replay", 3) != seeds.pair(0, "env_reset", 3)
+    assert seeds.pair(0, "a", 12) != seeds.pair(0, "a", 1, 2)
+    np.testing.assert_array_equal(seeds.numpy_rng(5, "x", 1).integers(1000, size=8),
+                                  seeds.numpy_rng(5, "x", 1).integers(1000, size=8))
+    # Independence: draws of two streams are uncorrelated (|r| < 4 / sqrt(n), ~4 sigma).
+    n = 20_000
+    a = seeds.numpy_rng(0, "a").standard_normal(n)
+    b = seeds.numpy_rng(0, "b").standard_normal(n)
+    assert abs(np.corrcoef(a, b)[0, 1]) < 4 / np.sqrt(n)
+    assert 0 <= seeds.int_seed(0, "weights") < 2**31
+    with pytest.raises(ValueError, match="seed=-1"):
+        seeds.pair(-1, "x")
+
+
+def test_one_preset_grammar():
+    import argparse
+
+    parser = config_lib.add_preset_argument(argparse.ArgumentParser(), default=["d"])
+    for argv in (["--preset", "a,b"], ["--preset", "a", "b"], ["--preset", "a", "--preset", "b"]):
+        assert config_lib.presets_from(parser.parse_args(argv)) == ["a", "b"], argv
+    assert config_lib.presets_from(parser.parse_args([])) == ["d"]
+    from bayes_planet import cli
+
+    args = cli.build_parser().parse_args(["train", "--logdir", "x", "--preset", "debug", "cpu"])
+    assert config_lib.parse_presets(args.preset) == ["debug", "cpu"]
+
+
+def test_envs_dmc_and_gym_adapter_do_not_import_each_other():
+    import ast
+    import pathlib
+
+    import bayes_planet.envs as envs_pkg
+
+    folder = pathlib.Path(envs_pkg.__file__).parent
+    for name, other in (("dmc", "gym_adapter"), ("gym_adapter", "dmc")):
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert f"bayes_planet.envs.{other}" not in imported, name
+
+
+def test_learning_curve_draws_a_single_kl_point_with_markers():
+    from bayes_planet.training import learning_curve_figure
+
+    fig = learning_curve_figure([{"env_steps": 10, "return": 1.0, "state_kl": 3.0,
+                                  "weight_kl": 20.0}])
+    lines = fig.axes[1].lines
+    assert [line.get_label() for line in lines] == ["state_kl", "weight_kl"]
+    assert all(line.get_marker() == "." and len(line.get_xdata()) == 1 for line in lines)
