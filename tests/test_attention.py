@@ -308,3 +308,16 @@ def test_mirrored_strategy_two_logical_cpus():
     result = subprocess.run([sys.executable, "-c", STRATEGY_SCRIPT], capture_output=True,
                             text=True, timeout=600)
     assert "STRATEGY OK" in result.stdout, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+def test_softmax_robust_masking_follows_the_installed_keras():
+    import inspect
+
+    MultiHeadAttentionFlipout(2, 4, softmax_robust_masking=False)  # accepted on every stack
+    if "softmax_robust_masking" in inspect.signature(
+            keras.layers.MultiHeadAttention.__init__).parameters:
+        layer = MultiHeadAttentionFlipout(2, 4, softmax_robust_masking=True)
+        assert layer.get_config()["softmax_robust_masking"] is True
+    else:
+        with pytest.raises(ValueError, match="softmax_robust_masking=True"):
+            MultiHeadAttentionFlipout(2, 4, softmax_robust_masking=True)

@@ -19,6 +19,7 @@ applied per token).
 """
 
 import copy
+import inspect
 import zlib
 
 import numpy as np
@@ -171,6 +172,12 @@ class EinsumDenseFlipout(_BayesianEinsumDense):
 _SUBLAYERS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
 
 
+# tf-keras >= 2.16 added MultiHeadAttention(..., bias_constraint, softmax_robust_masking=False);
+# ours takes it in that position on every stack (an error where Keras lacks it and it is True).
+_KERAS_ROBUST_MASKING = "softmax_robust_masking" in inspect.signature(
+    keras.layers.MultiHeadAttention.__init__).parameters
+
+
 class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
     """MultiHeadAttention with Bayesian projections; subclasses set ``_dense_cls``.
 
@@ -193,9 +200,15 @@ class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
                  kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 *, seed=None, **kwargs):
+                 softmax_robust_masking=False, *, seed=None, **kwargs):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ValueError(f"Expected a non-negative integer or None. Received: seed={seed!r}")
+        if _KERAS_ROBUST_MASKING:
+            kwargs["softmax_robust_masking"] = softmax_robust_masking
+        elif softmax_robust_masking:
+            raise ValueError("softmax_robust_masking=True needs tf-keras >= 2.16 (this is "
+                             f"TensorFlow {tf.__version__}'s Keras). "
+                             "Received: softmax_robust_masking=True")
         # Keras builds its (replaced) sublayers from plain initializers; ours are kept
         # as configs so each projection gets a fresh distribution initializer.
         super().__init__(
