@@ -63,10 +63,11 @@ def _process_alive(pid):
     return True
 
 
-def _fsync_directory(directory):
-    """Makes a rename in ``directory`` durable (best effort; not every platform supports it)."""
+def fsync_path(path):
+    """fsyncs a file, or a directory to make a rename in it durable (best effort; not every
+    platform supports directories)."""
     try:
-        fd = os.open(directory, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
@@ -271,7 +272,7 @@ class EpisodeReplay:
             except OSError:
                 pass
             raise
-        _fsync_directory(self._directory)
+        fsync_path(self._directory)
         self._next_index = index + 1
         self._append(arrays)
         return path

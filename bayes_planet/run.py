@@ -46,6 +46,7 @@ import numpy as np
 
 from bayes_planet import config as config_lib
 from bayes_planet import seeds
+from bayes_planet.replay import fsync_path
 
 __all__ = [
     "FAULT_POINTS",
@@ -125,19 +126,6 @@ def _parse_rows(text):
     return rows
 
 
-def _fsync(path):
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _atomic_write(path, text, fault=None):
     path = pathlib.Path(path)
     temp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
@@ -148,7 +136,7 @@ def _atomic_write(path, text, fault=None):
     if fault:
         fault_point(fault)
     os.replace(temp, path)
-    _fsync(path.parent)
+    fsync_path(path.parent)
 
 
 def _as_dtype(value, dtype):
@@ -432,10 +420,10 @@ class Run:
         shutil.rmtree(temp, ignore_errors=True)
         self.checkpoint.write(str(temp / "ckpt"))
         for file in temp.iterdir():
-            _fsync(file)
+            fsync_path(file)
         fault_point("checkpoint_write")
         os.rename(temp, final)
-        _fsync(folder)
+        fsync_path(folder)
         for _, old in self.checkpoints()[:-_KEEP_CHECKPOINTS]:
             shutil.rmtree(old, ignore_errors=True)
 

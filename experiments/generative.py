@@ -99,6 +99,25 @@ def _train(loss_fn, variables_fn, data, cfg, seed):
     return history
 
 
+def _bits_per_dim(log_prob, train, test, levels):
+    """Train/test bits per dimension of 8x8 images under ``log_prob`` (+ two references)."""
+    import tensorflow as tf
+
+    log_prob = tf.function(log_prob)
+    per_dim = 64 * math.log(2.0)
+
+    def bits(x):
+        return -float(_in_batches(log_prob, x).mean()) / per_dim
+
+    return {
+        "train_bits_per_dim": round(bits(train), 4),
+        "test_bits_per_dim": round(bits(test), 4),
+        "uniform_bits_per_dim": round(math.log2(levels), 4),
+        "independent_pixel_test_bits_per_dim": round(
+            -_independent_pixel_log_lik(train, test, levels) / per_dim, 4),
+    }
+
+
 def _independent_pixel_log_lik(train, test, levels, smoothing=1.0):
     """Test log-likelihood (nats per image) of per-pixel categorical histograms."""
     counts = np.stack([(train == k).sum(0) for k in range(levels)], -1) + smoothing
@@ -320,20 +339,7 @@ def run_pixelcnn_mixture(cfg, seed, out_dir):
 
     history = _train(lambda x: -tf.reduce_mean(log_prob(x)),
                      lambda: model.trainable_variables, train, cfg, seed)
-    log_prob = tf.function(log_prob)
-    per_dim = 64 * math.log(2.0)
-
-    def bits(x):
-        return -float(_in_batches(log_prob, x).mean()) / per_dim
-
-    return {
-        "train_bits_per_dim": round(bits(train), 4),
-        "test_bits_per_dim": round(bits(test), 4),
-        "uniform_bits_per_dim": round(math.log2(levels), 4),
-        "independent_pixel_test_bits_per_dim": round(
-            -_independent_pixel_log_lik(train, test, levels) / per_dim, 4),
-        "history": history,
-    }
+    return {**_bits_per_dim(log_prob, train, test, levels), "history": history}
 
 
 # ---------------------------------------------------------------- Figs. 6/16: Image Transformer
@@ -392,18 +398,8 @@ def run_image_transformer(cfg, seed, out_dir):
     kl = lambda: tf.add_n(body.losses) / len(train) if body.losses else 0.0  # noqa: E731
     history = _train(lambda x: -tf.reduce_mean(log_prob(x)) + kl(), variables, train, cfg,
                      seed)
-    log_prob = tf.function(log_prob)
-    per_dim = 64 * math.log(2.0)
-
-    def bits(x):
-        return -float(_in_batches(log_prob, x).mean()) / per_dim
-
     return {
-        "train_bits_per_dim": round(bits(train), 4),
-        "test_bits_per_dim": round(bits(test), 4),
-        "uniform_bits_per_dim": round(math.log2(levels), 4),
-        "independent_pixel_test_bits_per_dim": round(
-            -_independent_pixel_log_lik(train, test, levels) / per_dim, 4),
+        **_bits_per_dim(log_prob, train, test, levels),
         "num_parameters": int(sum(np.prod(v.shape) for v in variables())),
         "history": history,
     }
