@@ -44,9 +44,6 @@ TWINS = {
     bl.MultiHeadAttentionFlipout: (keras.layers.MultiHeadAttention, (2, 4, 6)),
 }
 
-# Classes whose signature may not (yet) extend their twin's, with the reason: strict xfails.
-XFAIL = {}
-
 # Positional parameters that newer Keras releases append to a twin's signature
 # (tf-keras 2.16+: MultiHeadAttention's softmax_robust_masking).
 NEWER_KERAS_PARAMETERS = {keras.layers.MultiHeadAttention: ("softmax_robust_masking",)}
@@ -78,11 +75,9 @@ def _params(cls):
     return list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
 
 
-def _cases(xfail=XFAIL):
+def _cases():
     for ours, (twin, shape) in TWINS.items():
-        marks = ([pytest.mark.xfail(strict=True, reason=xfail[ours])] if ours in xfail
-                 else [])
-        yield pytest.param(ours, twin, shape, marks=marks, id=ours.__name__)
+        yield pytest.param(ours, twin, shape, id=ours.__name__)
 
 
 def test_every_bayesian_keras_twin_is_covered():
