@@ -219,6 +219,7 @@ _CHOICES = {
     "obs_type": ("state", "pixels"),
     "model.estimator": ("deterministic", "reparameterization", "flipout",
                         "local_reparameterization"),
+    "model.weight_prior": ("normal", "scale_mixture"),
     "strategy": ("none", "mirrored", "multi_worker", "tpu"),
 }
 

@@ -31,13 +31,14 @@ from bayes_planet.layers import (
     DenseLocalReparameterization,
     DenseReparameterization,
     NormalKLDivergence,
+    ScaleMixtureKLDivergence,
     fixed_noise,
 )
 from bayes_planet.layers.base import per_example
 
 tfd = tfp.distributions
 
-__all__ = ["RSSM", "ESTIMATORS"]
+__all__ = ["RSSM", "ESTIMATORS", "WEIGHT_PRIORS"]
 
 ESTIMATORS = {
     "deterministic": None,
@@ -47,19 +48,35 @@ ESTIMATORS = {
 }
 
 
-def dense_factory(estimator, prior_stddev=1.0, seed=0):
+WEIGHT_PRIORS = ("normal", "scale_mixture")
+
+
+def make_weight_prior(kind="normal", stddev=1.0):
+    """The transition's kernel prior (a KL regularizer): N(0, s²), or the scale mixture
+    ``½ N(0, s²) + ½ N(0, 0.01 / fan_in)`` (`ScaleMixtureKLDivergence` with slab ``s``)."""
+    if kind == "normal":
+        return NormalKLDivergence(stddev=stddev)
+    if kind == "scale_mixture":
+        return ScaleMixtureKLDivergence(slab_stddev=stddev)
+    raise ValueError(f"Unknown weight prior. Expected one of {list(WEIGHT_PRIORS)}. "
+                     f"Received: weight_prior={kind!r}")
+
+
+def dense_factory(estimator, prior_stddev=1.0, seed=0, prior="normal"):
     """A ``(units, activation, name) -> layer`` factory for the chosen estimator."""
     if estimator not in ESTIMATORS:
         raise ValueError(f"Unknown estimator. Expected one of {sorted(ESTIMATORS)}. "
                          f"Received: estimator={estimator!r}")
     cls = ESTIMATORS[estimator]
+    if cls is not None:
+        make_weight_prior(prior, prior_stddev)  # validates before any layer is made
 
     def make(units, activation=None, name=None):
         if cls is None:
             return keras.layers.Dense(units, activation, name=name)
         return cls(units, activation=activation, name=name,
                    seed=seeds.int_seed(seed, "layer_noise", _layer_index(name)),
-                   kernel_regularizer=NormalKLDivergence(stddev=prior_stddev))
+                   kernel_regularizer=make_weight_prior(prior, prior_stddev))
 
     return make
 
@@ -79,47 +96,52 @@ class RSSM(keras.layers.Layer):
       bayesian_gru: if True (and the estimator is not deterministic), the GRU cell
         is `bayes_planet.layers.GRUCellReparameterization`/`GRUCellFlipout`; there is no
         local-reparameterization cell, so that combination raises a ValueError.
-      weight_prior_stddev: stddev of the N(0, s²) weight prior.
+      weight_prior_stddev: s, the stddev of the N(0, s²) weight prior (the scale
+        mixture's slab).
+      weight_prior: ``'normal'`` or ``'scale_mixture'`` (see `make_weight_prior`).
       seed: seeds the Bayesian layers' noise (one seed per layer derived from it).
     """
 
     def __init__(self, deter=None, stoch=None, hidden=None, min_stddev=None,
                  estimator=None, bayesian_gru=None, weight_prior_stddev=None,
-                 seed=0, **kwargs):
+                 seed=0, weight_prior=None, **kwargs):
         super().__init__(**kwargs)
         from bayes_planet.config import model_defaults
 
         given = dict(deter=deter, stoch=stoch, hidden=hidden, min_stddev=min_stddev,
                      estimator=estimator, bayesian_gru=bayesian_gru,
-                     weight_prior_stddev=weight_prior_stddev)
+                     weight_prior_stddev=weight_prior_stddev, weight_prior=weight_prior)
         defaults = model_defaults()
         args = {k: defaults[k] if v is None else v for k, v in given.items()}
         deter, stoch, hidden = args["deter"], args["stoch"], args["hidden"]
         min_stddev, estimator = args["min_stddev"], args["estimator"]
         bayesian_gru, weight_prior_stddev = args["bayesian_gru"], args["weight_prior_stddev"]
+        prior = args["weight_prior"]
         if bayesian_gru and estimator == "local_reparameterization":
             raise ValueError("Expected estimator 'reparameterization' or 'flipout' with "
                              "bayesian_gru=True (there is no local-reparameterization GRU "
                              "cell). Received: estimator='local_reparameterization'")
         self.deter_size, self.stoch_size, self.min_stddev = deter, stoch, min_stddev
         self.estimator = estimator
-        bayes = dense_factory(estimator, weight_prior_stddev, seed)
+        bayes = dense_factory(estimator, weight_prior_stddev, seed, prior)
         plain = dense_factory("deterministic")
         self.transition_in = bayes(hidden, "relu", "transition_in")
-        self.cell = self._make_cell(deter, estimator, bayesian_gru, seed)
+        self.cell = self._make_cell(deter, estimator, bayesian_gru, seed,
+                                    lambda: make_weight_prior(prior, weight_prior_stddev))
         self.prior_hidden = bayes(hidden, "relu", "prior_hidden")
         self.prior_stats = bayes(2 * stoch, None, "prior_stats")
         self.post_hidden = plain(hidden, "relu", "posterior_hidden")
         self.post_stats = plain(2 * stoch, None, "posterior_stats")
 
     @staticmethod
-    def _make_cell(deter, estimator, bayesian_gru, seed):
+    def _make_cell(deter, estimator, bayesian_gru, seed, make_prior):
         if not bayesian_gru or estimator == "deterministic":
             return keras.layers.GRUCell(deter, name="gru")
         from bayes_planet.layers import GRUCellFlipout, GRUCellReparameterization
 
         cls = GRUCellFlipout if estimator == "flipout" else GRUCellReparameterization
-        return cls(deter, name="gru", seed=seeds.int_seed(seed, "layer_noise", _layer_index("gru")))
+        return cls(deter, name="gru", seed=seeds.int_seed(seed, "layer_noise", _layer_index("gru")),
+                   kernel_regularizer=make_prior(), recurrent_regularizer=make_prior())
 
     def build_for(self, action_size, embed_size):
         """Creates every variable (eagerly), so rollouts can run inside loops/tf.function."""

@@ -278,3 +278,31 @@ def test_rssm_defaults_are_the_yaml_defaults():
 def test_bayesian_gru_with_local_reparameterization_is_an_error():
     with pytest.raises(ValueError, match="local_reparameterization"):
         RSSM(deter=8, stoch=3, hidden=8, estimator="local_reparameterization", bayesian_gru=True)
+
+
+@pytest.mark.parametrize("bayesian_gru", [False, True])
+def test_weight_prior_reaches_every_bayesian_transition_layer(bayesian_gru):
+    """`model.weight_prior`: every Bayesian kernel (and the GRU cell's) gets the chosen prior
+    with the configured scale, and the KL terms are those priors' closed forms."""
+    from bayes_planet.layers import NormalKLDivergence, ScaleMixtureKLDivergence
+
+    for kind, cls in [("normal", NormalKLDivergence), ("scale_mixture", ScaleMixtureKLDivergence)]:
+        rssm = RSSM(deter=8, stoch=3, hidden=8, estimator="flipout", bayesian_gru=bayesian_gru,
+                    weight_prior=kind, weight_prior_stddev=0.5)
+        rssm.observe(tf.random.normal([2, 4, 6]), tf.random.normal([2, 4, 2]), tf.constant([1, 2]))
+        layers = [rssm.transition_in, rssm.prior_hidden, rssm.prior_stats]
+        regs = [layer.kernel_regularizer for layer in layers]
+        if bayesian_gru:
+            regs += [rssm.cell.kernel_regularizer, rssm.cell.recurrent_regularizer]
+        assert all(type(r) is cls for r in regs), (kind, regs)
+        stddevs = [r.stddev if kind == "normal" else r.slab_stddev for r in regs]
+        assert stddevs == [0.5] * len(regs)
+        assert len(rssm.losses) == len(regs)
+        assert all(np.isfinite(float(loss)) and float(loss) > 0 for loss in rssm.losses)
+
+
+def test_unknown_weight_prior_is_a_one_line_error():
+    with pytest.raises(ValueError, match="weight_prior='laplace'"):
+        RSSM(deter=8, stoch=3, hidden=8, weight_prior="laplace")
+    with pytest.raises(ValueError, match="model.weight_prior"):
+        config_lib.validate(config_lib.load(overrides=["model.weight_prior=laplace"]))
