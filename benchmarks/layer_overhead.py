@@ -1,15 +1,18 @@
 """Train-step cost of Bayesian layers relative to their Keras twin and to tfp.layers.
 
-One train step = forward, loss (+ KL terms), backward and an Adam update, inside
-one ``tf.function``. All layers are timed in the same process, interleaved in
-rounds (this machine is shared and noisy), and reported as ratios of median step
-times to the Keras layer measured in the same run.
+One train step = forward, loss (+ KL terms), backward and an optimizer update (SGD
+or Adam), inside one ``tf.function``. All layers are timed in the same process,
+interleaved in rounds (this machine is shared and noisy), and reported as ratios of
+median step times to the Keras layer measured in the same run.
 
-    python benchmarks/layer_overhead.py            # dense 256x512->512, 4096x512->512, conv
-    python benchmarks/layer_overhead.py --quick    # fewer rounds
+    python benchmarks/layer_overhead.py                  # SGD and Adam: dense 256 and 4096, conv
+    python benchmarks/layer_overhead.py --optimizer sgd  # one optimizer
+    python benchmarks/layer_overhead.py --profile        # where a Bayesian dense step's time goes
+    python benchmarks/layer_overhead.py --quick          # fewer rounds
 """
 
 import argparse
+import contextlib
 import os
 import time
 
@@ -21,11 +24,16 @@ import tensorflow_probability as tfp  # noqa: E402
 
 import bayes_planet.layers as bl  # noqa: E402
 from bayes_planet._keras import keras  # noqa: E402
+from bayes_planet.layers.noise import standard_normal  # noqa: E402
+
+OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(1e-3), "adam": lambda: keras.optimizers.Adam(1e-3)}
 
 
-def make_step(layer, x, dataset_size=50_000):
+def make_step(layer, x, dataset_size=50_000, optimizer="adam", context=contextlib.nullcontext):
+    """A traced train step of ``layer`` on ``x``; ``context()`` is active while tracing
+    (e.g. ``lambda: bl.posterior_mean(layer)``)."""
     layer(x)  # build
-    opt = keras.optimizers.Adam(1e-3)
+    opt = OPTIMIZERS[optimizer]()
     opt.build(layer.trainable_variables)
 
     @tf.function
@@ -39,7 +47,8 @@ def make_step(layer, x, dataset_size=50_000):
         opt.apply_gradients(zip(grads, layer.trainable_variables, strict=True))
         return loss
 
-    step()
+    with context():
+        step()
     return step
 
 
@@ -51,8 +60,13 @@ def time_steps(step, n):
     return (time.perf_counter() - start) / n
 
 
-def bench(cases, x, rounds, steps):
-    fns = {name: make_step(factory(), x) for name, factory in cases.items()}
+def bench(cases, x, rounds, steps, optimizer="adam"):
+    fns = {name: make_step(factory(), x, optimizer=optimizer) for name, factory in cases.items()}
+    return run_rounds(fns, rounds, steps)
+
+
+def run_rounds(fns, rounds, steps):
+    """Median seconds per call of each zero-argument function, interleaved A B A B."""
     times = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -88,6 +102,53 @@ def conv_cases(filters):
     }
 
 
+def profile_cases(units, x, optimizer):
+    """Ablations of the Bayesian dense steps: what the noise, the KL and the estimator's
+    extra matmul each cost, as parts of one step (all functions are traced train steps
+    except the two 'alone' rows, which time one piece by itself)."""
+    in_dim = x.shape[-1]
+    fns = {"keras Dense": make_step(keras.layers.Dense(units), x, optimizer=optimizer)}
+    for name, cls in [("DenseReparameterization", bl.DenseReparameterization),
+                      ("DenseFlipout", bl.DenseFlipout)]:
+        fns[name] = make_step(cls(units, seed=0), x, optimizer=optimizer)
+        fns[f"{name}, no KL"] = make_step(cls(units, seed=0, kernel_regularizer=None), x,
+                                          optimizer=optimizer)
+        layer = cls(units, seed=0)
+        fns[f"{name}, no noise (posterior_mean)"] = make_step(
+            layer, x, optimizer=optimizer, context=lambda layer=layer: bl.posterior_mean(layer))
+    seed = tf.Variable(0)
+
+    @tf.function
+    def noise_alone():
+        seed.assign_add(1)
+        return standard_normal([in_dim, units], tf.stack([0, seed]))
+
+    layer = bl.DenseReparameterization(units, seed=0)
+    layer(x)
+    weights = layer.trainable_variables
+
+    @tf.function
+    def kl_alone():
+        with tf.GradientTape() as tape:
+            kl = tf.add_n(layer.losses)
+        grads = tape.gradient(kl, weights, unconnected_gradients="zero")
+        return tf.add_n([tf.reduce_sum(g) for g in grads])
+
+    fns[f"noise alone ({in_dim}x{units} N(0, 1) draws)"] = noise_alone
+    fns["KL alone (value and gradient)"] = kl_alone
+    return fns
+
+
+def report_profile(title, results):
+    base = results["keras Dense"]
+    print(f"\n### {title}\n")
+    print("| step or piece | ms | ÷ Keras step | extra vs Keras step, ms |")
+    print("|---|---:|---:|---:|")
+    for name, t in results.items():
+        extra = "" if "alone" in name or name == "keras Dense" else f"{1e3 * (t - base):.2f}"
+        print(f"| {name} | {1e3 * t:.2f} | {t / base:.2f}× | {extra} |")
+
+
 def report(title, results, baseline, tfp_twins):
     print(f"\n### {title}\n")
     print("| layer | step (ms) | ÷ Keras | ÷ tfp.layers twin |")
@@ -101,8 +162,13 @@ def report(title, results, baseline, tfp_twins):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds (smoke run)")
+    parser.add_argument("--optimizer", choices=["sgd", "adam", "both"], default="both")
+    parser.add_argument("--profile", action="store_true",
+                        help="ablate the dense steps (noise, KL) instead of the layer tables")
+    parser.add_argument("--no-conv", action="store_true", help="skip the conv table")
     args = parser.parse_args()
     rounds, steps = (3, 5) if args.quick else (9, 20)
+    optimizers = ["sgd", "adam"] if args.optimizer == "both" else [args.optimizer]
     rng = np.random.default_rng(0)
     twins = {
         "DenseReparameterization": "tfp DenseReparameterization",
@@ -112,14 +178,25 @@ def main():
         "Conv2DFlipout": "tfp Convolution2DFlipout",
     }
     print(f"TF {tf.__version__}, TFP {tfp.__version__}, {os.cpu_count()} CPUs, "
-          f"median of {rounds} rounds x {steps} steps")
-    for batch in (256, 4096):
-        x = tf.constant(rng.standard_normal((batch, 512)), tf.float32)
-        res = bench(dense_cases(512), x, rounds, steps if batch == 256 else max(2, steps // 4))
-        report(f"Dense, batch {batch}, 512 → 512", res, "keras Dense", twins)
-    x = tf.constant(rng.standard_normal((32, 32, 32, 64)), tf.float32)
-    res = bench(conv_cases(64), x, rounds, max(2, steps // 4))
-    report("Conv2D 3×3, batch 32, 32×32×64 → 64", res, "keras Conv2D", twins)
+          f"median of {rounds} rounds x {steps} steps, load average at start "
+          f"{' / '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    for optimizer in optimizers:
+        name = {"sgd": "SGD", "adam": "Adam"}[optimizer]
+        if args.profile:
+            x = tf.constant(rng.standard_normal((256, 512)), tf.float32)
+            res = run_rounds(profile_cases(512, x, optimizer), rounds, steps)
+            report_profile(f"Profile, {name}: Dense, batch 256, 512 → 512", res)
+            continue
+        for batch in (256, 4096):
+            x = tf.constant(rng.standard_normal((batch, 512)), tf.float32)
+            res = bench(dense_cases(512), x, rounds, steps if batch == 256 else max(2, steps // 4),
+                        optimizer)
+            report(f"{name}: Dense, batch {batch}, 512 → 512", res, "keras Dense", twins)
+        if not args.no_conv:
+            x = tf.constant(rng.standard_normal((32, 32, 32, 64)), tf.float32)
+            res = bench(conv_cases(64), x, rounds, max(2, steps // 4), optimizer)
+            report(f"{name}: Conv2D 3×3, batch 32, 32×32×64 → 64", res, "keras Conv2D", twins)
+    print(f"\nload average at end {' / '.join(f'{v:.2f}' for v in os.getloadavg())}")
 
 
 if __name__ == "__main__":

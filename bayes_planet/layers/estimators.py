@@ -17,7 +17,25 @@ from bayes_planet.layers.base import (
     standard_normal,
 )
 
-__all__ = ["flipout", "local_reparameterization", "rademacher", "reparameterization"]
+__all__ = ["flipout", "local_reparameterization", "rademacher", "random_signs",
+           "reparameterization"]
+
+
+def random_signs(shape, seed, dtype):
+    """Independent uniform signs in {-1, +1} of ``shape``: 32 per random word.
+
+    Each bit of a stateless Philox word is an independent fair coin, so one 32-bit
+    draw gives 32 signs: a 32nd of the generator's work of drawing one integer per
+    sign, plus a shift-and-mask. ``shape`` may be a static list or a shape tensor.
+    """
+    shape = tf.convert_to_tensor(shape, tf.int32)
+    n = tf.reduce_prod(shape)
+    words = tf.random.stateless_uniform(tf.stack([(n + 31) // 32, 1]), seed, minval=None,
+                                        maxval=None, dtype=tf.uint32)
+    positions = tf.constant(list(range(32)), tf.uint32)
+    bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(words, positions), tf.constant(1, tf.uint32))
+    signs = tf.cast(bits, dtype) * 2 - 1
+    return tf.reshape(tf.reshape(signs, [-1])[:n], shape)
 
 
 def rademacher(shape, seed, dtype):
@@ -26,9 +44,7 @@ def rademacher(shape, seed, dtype):
     Under a multi-replica strategy, this replica's rows of the global batch's signs
     (`noise.per_example`).
     """
-    bits = per_example(lambda s, sd: tf.random.stateless_uniform(
-        s, sd, minval=0, maxval=2, dtype=tf.int32), shape, seed)
-    return tf.cast(2 * bits - 1, dtype)
+    return per_example(lambda s, sd: random_signs(s, sd, dtype), shape, seed)
 
 
 def reparameterization(op, x, weight, seed, channel_axis=-1):
