@@ -72,16 +72,20 @@ _EPISODE_FILE = re.compile(r"^\d{6,}-\d+\.npz$")
 
 # ---------------------------------------------------------------- the grid
 def variants(config):
-    """``[{name, estimator, beta}]``: the product of estimators and betas."""
+    """``[{name, estimator, beta, weight_prior}]``: the product of estimators, betas and
+    weight priors (``model.weight_prior``)."""
     estimators, betas = list(config["estimators"]), [float(b) for b in config["betas"]]
-    if not estimators or not betas or not config["seeds"]:
-        raise _config.ConfigError("expected at least one estimator, beta and seed; received "
-                                  f"{estimators}, {betas}, {config['seeds']}")
+    priors = list(config["weight_priors"])
+    if not estimators or not betas or not priors or not config["seeds"]:
+        raise _config.ConfigError("expected at least one estimator, beta, weight prior and seed; "
+                                  f"received {estimators}, {betas}, {priors}, {config['seeds']}")
     out = []
-    for estimator, beta in itertools.product(estimators, betas):
+    for estimator, beta, prior in itertools.product(estimators, betas, priors):
         parts = [estimator] if len(estimators) > 1 or len(betas) == 1 else []
         parts += [f"beta{beta:g}"] if len(betas) > 1 else []
-        out.append({"name": "_".join(parts), "estimator": estimator, "beta": beta})
+        parts += [prior] if len(priors) > 1 else []
+        out.append({"name": "_".join(parts), "estimator": estimator, "beta": beta,
+                    "weight_prior": prior})
     return out
 
 
@@ -93,7 +97,8 @@ def grid(config, out):
     for seed, variant in itertools.product(config["seeds"], variants(config)):
         sets = [f"task={config['task']}", f"seed={int(seed)}",
                 f"model.estimator={variant['estimator']}",
-                f"planner.beta={variant['beta']}", *config["overrides"]]
+                f"planner.beta={variant['beta']}",
+                f"model.weight_prior={variant['weight_prior']}", *config["overrides"]]
         train_config = config_lib.validate(config_lib.load(config["base_presets"], sets))
         runs.append({"variant": variant["name"], "seed": int(seed), "sets": sets,
                      "logdir": pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}",

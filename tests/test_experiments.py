@@ -115,6 +115,14 @@ def test_agent_grid_names_and_commands(agents, tmp_path):
     config = load(agents.CONFIG_PATH, [], ["estimators=[flipout, deterministic]",
                                            "betas=[0, 2]"])
     assert [v["name"] for v in agents.variants(config)][:2] == ["flipout_beta0", "flipout_beta2"]
+    config = load(agents.CONFIG_PATH, ["priors"])
+    runs = agents.grid(config, tmp_path)
+    assert [r["variant"] for r in runs[:2]] == ["reparameterization_normal",
+                                                "reparameterization_scale_mixture"]
+    command = agents.train_command(runs[1], config["base_presets"])
+    assert "model.weight_prior=scale_mixture" in command and "seed=0" in command
+    with pytest.raises(agents._config.ConfigError, match="model.weight_prior"):
+        agents.grid(load(agents.CONFIG_PATH, [], ["weight_priors=[laplace]"]), tmp_path)
 
 
 def test_agent_grid_validates_every_run_before_launching(agents, tmp_path):
