@@ -51,7 +51,7 @@ ESTIMATORS = {
 WEIGHT_PRIORS = ("normal", "scale_mixture")
 
 
-def make_weight_prior(kind="normal", stddev=1.0):
+def make_weight_prior(kind, stddev):
     """The transition's kernel prior (a KL regularizer): N(0, s²), or the scale mixture
     ``½ N(0, s²) + ½ N(0, 0.01 / fan_in)`` (`ScaleMixtureKLDivergence` with slab ``s``)."""
     if kind == "normal":
@@ -62,8 +62,14 @@ def make_weight_prior(kind="normal", stddev=1.0):
                      f"Received: weight_prior={kind!r}")
 
 
-def dense_factory(estimator, prior_stddev=1.0, seed=0, prior="normal"):
-    """A ``(units, activation, name) -> layer`` factory for the chosen estimator."""
+def dense_factory(estimator, prior_stddev=None, seed=0, prior=None):
+    """A ``(units, activation, name) -> layer`` factory for the chosen estimator; a prior
+    argument left as None takes the ``model`` default of ``bayes_planet/configs.yaml``."""
+    from bayes_planet.config import model_defaults
+
+    defaults = model_defaults()
+    prior = defaults["weight_prior"] if prior is None else prior
+    prior_stddev = defaults["weight_prior_stddev"] if prior_stddev is None else prior_stddev
     if estimator not in ESTIMATORS:
         raise ValueError(f"Unknown estimator. Expected one of {sorted(ESTIMATORS)}. "
                          f"Received: estimator={estimator!r}")

@@ -213,10 +213,12 @@ def archived_runs(config):
         if not path.is_file():
             raise _config.ConfigError(f"merge: expected a results.json file, received '{path}'")
         earlier = json.loads(path.read_text())
-        for key in ("task", "base_presets", "overrides"):
-            if earlier["config"][key] != config[key]:
+        # Grids archived before `weight_priors` existed all ran with N(0, 1) weight priors.
+        earlier_config = {"weight_priors": ["normal"], **earlier["config"]}
+        for key in ("task", "base_presets", "overrides", "weight_priors"):
+            if earlier_config[key] != config[key]:
                 raise _config.ConfigError(
-                    f"merge: {path} was run with {key}={earlier['config'][key]!r}, this grid "
+                    f"merge: {path} was run with {key}={earlier_config[key]!r}, this grid "
                     f"has {key}={config[key]!r}")
         for name, variant in earlier["variants"].items():
             for seed, run in variant["runs"].items():

@@ -125,6 +125,27 @@ def test_agent_grid_names_and_commands(agents, tmp_path):
         agents.grid(load(agents.CONFIG_PATH, [], ["weight_priors=[laplace]"]), tmp_path)
 
 
+def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tmp_path):
+    """The grid's default weight prior is the trainer's (configs.yaml), the presets of the
+    archived experiments keep the N(0, 1) they ran with, and merging an archive run with
+    another prior is refused (archives from before the key count as N(0, 1))."""
+    from bayes_planet import config as config_lib
+
+    load = agents._config.load_dict
+    assert load(agents.CONFIG_PATH, [])["weight_priors"] == [config_lib.load().model.weight_prior]
+    for preset in ("comparison", "exploration"):
+        assert load(agents.CONFIG_PATH, [preset])["weight_priors"] == ["normal"]
+    config = load(agents.CONFIG_PATH, ["comparison"])
+    archive = tmp_path / "old_results.json"
+    earlier = {k: config[k] for k in ("task", "base_presets", "overrides")}
+    archive.write_text(json.dumps({"config": earlier, "variants": {}}))
+    assert agents.archived_runs({**config, "merge": [str(archive)]}) == {}
+    with pytest.raises(agents._config.ConfigError,
+                       match=r"weight_priors=\['normal'\], this grid has weight_priors="):
+        agents.archived_runs({**config, "merge": [str(archive)],
+                              "weight_priors": ["scale_mixture"]})
+
+
 def test_agent_grid_validates_every_run_before_launching(agents, tmp_path):
     from bayes_planet.config import ConfigError
 
