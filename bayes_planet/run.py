@@ -509,14 +509,28 @@ class Run:
             self._writer = tf.summary.create_file_writer(str(self.logdir))
         return self._writer
 
+    @property
+    def closed(self):
+        """Whether the lock is released and the TensorBoard writer closed."""
+        return self._lock is None and self._writer is None
+
     def close(self):
-        """Releases the writer lock (also released when the process ends)."""
+        """Releases the writer lock (also released when the process ends) and closes the writer.
+
+        Idempotent, and safe from a finalizer: the writer is closed eagerly (``init_scope``)
+        even when garbage collection runs this while some ``tf.function`` is being traced,
+        so no summary op lands in that graph.
+        """
         if self._lock is not None:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             os.close(self._lock)
             self._lock = None
-        if self._writer is not None:
-            self._writer.flush()
+        writer, self._writer = getattr(self, "_writer", None), None
+        if writer is not None:
+            import tensorflow as tf
+
+            with tf.init_scope():
+                writer.close()
 
     def __enter__(self):
         return self

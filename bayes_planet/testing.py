@@ -5,21 +5,24 @@ output shape, the number of trainable/non-trainable weights and loss terms, the
 ``get_config``/``from_config`` round trip, ``.keras``, HDF5 and SavedModel save/load
 (the reloaded model reproduces the original's next output exactly, seeds
 included), gradients to every trainable variable across two separate
-``GradientTape``s, ``tf.function`` with ``jit_compile=True``, and one
-``model.fit`` step with a finite loss.
+``GradientTape``s, ``tf.function`` with ``jit_compile=True``, one
+``model.fit`` step with a finite loss, and that no two weights start equal (a layer
+that hands one initializer to several weights gets each its own draw).
 """
 
 import inspect
+import itertools
 import json
 import os
 import tempfile
+import warnings
 
 import numpy as np
 import tensorflow as tf
 
 from bayes_planet._keras import keras
 
-__all__ = ["run_layer_test", "to_tensor"]
+__all__ = ["check_distinct_initial_weights", "run_layer_test", "to_tensor"]
 
 
 def to_tensor(x):
@@ -51,6 +54,7 @@ def run_layer_test(
     run_jit=True,
     loss="mse",
     seed=1234,
+    equal_initial_weights=(),
 ):
     """Runs the layer contract; raises AssertionError on the first violation.
 
@@ -64,6 +68,8 @@ def run_layer_test(
       call_kwargs: extra kwargs for ``layer(x, **call_kwargs)``.
       run_fit / run_save / run_jit: toggles for the model-level checks.
       loss: Keras loss used by the fit step.
+      equal_initial_weights: pairs of weight names (without the layer's prefix) that start
+        equal by design (e.g. an EMA sum initialized to the codebook).
     Returns:
       The built layer.
     """
@@ -74,7 +80,10 @@ def run_layer_test(
     x = _inputs(input_shape, input_data, input_dtype, seed)
 
     layer = layer_cls(**init_kwargs)
-    outputs = to_tensor(layer(x, **call_kwargs))
+    with warnings.catch_warnings():  # Keras: an initializer instance reused for several weights.
+        warnings.filterwarnings("error", message=".*unseeded and being called multiple times")
+        outputs = to_tensor(layer(x, **call_kwargs))
+    check_distinct_initial_weights(layer, equal_initial_weights)
     if expected_output_shape is not None:
         expected = [tuple(s) for s in _flatten_shapes(expected_output_shape)]
         got = [tuple(o.shape) for o in outputs]
@@ -108,6 +117,20 @@ def run_layer_test(
     if run_fit:
         _check_fit(model, x, loss)
     return layer
+
+
+def check_distinct_initial_weights(layer, allowed=()):
+    """Asserts that no two same-shape weights of ``layer`` start with identical values.
+
+    Weights that do not vary (zeros, constants) are exempt; so are the ``allowed`` name pairs.
+    """
+    allowed = {frozenset(pair) for pair in allowed}
+    named = [(w.name.split(":")[0].split(layer.name + "/", 1)[-1], np.asarray(w))
+             for w in layer.weights]
+    for (a, va), (b, vb) in itertools.combinations(named, 2):
+        if (va.shape == vb.shape and va.size > 1 and np.ptp(va) > 0
+                and frozenset((a, b)) not in allowed):
+            assert not np.array_equal(va, vb), f"weights {a} and {b} start identical"
 
 
 def _takes_seed(layer_cls):

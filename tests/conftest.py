@@ -13,6 +13,13 @@ import pytest  # noqa: E402
 from bayes_planet._extras import AGENT_MODULES, MissingExtraError, agent_extra_installed  # noqa: E402
 
 AGENT_EXTRA_INSTALLED = agent_extra_installed()
+
+# An agent run (`bayes_planet.run.Run`) turns op determinism on for the whole process, and TF
+# has no public way to turn it off: set it once for every test, so that no test sees a state
+# that depends on which tests ran before it in the same worker.
+import tensorflow as tf  # noqa: E402  isort: skip
+
+tf.config.experimental.enable_op_determinism()
 _SKIP_REASON = "the 'agent' extra is not installed (pip install -e '.[agent]', Python 3.10-3.11)"
 
 

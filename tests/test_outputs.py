@@ -54,7 +54,8 @@ def test_contract(cls, kwargs, out_shape, trainable):
 def test_vector_quantizer_contract(ema, trainable, non_trainable):
     run_layer_test(VectorQuantizer, {"num_codes": 5, "ema": ema}, (4, 3, 6),
                    expected_output_shape=(4, 3, 6), expected_num_trainable_weights=trainable,
-                   expected_num_non_trainable_weights=non_trainable, expected_num_losses=1)
+                   expected_num_non_trainable_weights=non_trainable, expected_num_losses=1,
+                   equal_initial_weights=[("codebook", "ema_sum")])  # The EMA starts there.
 
 
 def test_normal_log_prob_matches_tfp():

@@ -244,8 +244,10 @@ class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
                 output_shape=config["output_shape"],
                 bias_axes=config["bias_axes"],
                 activation=config["activation"],
-                kernel_initializer=initializers.get(copy.deepcopy(self._kernel_init_config)),
-                bias_initializer=initializers.get(copy.deepcopy(self._bias_init_config)),
+                kernel_initializer=initializers.for_weight(
+                    copy.deepcopy(self._kernel_init_config), f"{attr}/kernel"),
+                bias_initializer=initializers.for_weight(
+                    copy.deepcopy(self._bias_init_config), f"{attr}/bias"),
                 kernel_regularizer=self._kernel_regularizer,
                 bias_regularizer=self._bias_regularizer,
                 activity_regularizer=self._activity_regularizer,

@@ -28,6 +28,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
+from bayes_planet.layers import initializers
 from bayes_planet.layers.base import check_positive_int, multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
 
@@ -425,8 +426,9 @@ class MADE(keras.layers.Layer):
         self.masks = [m.astype(np.float32) for m in masks]
         self.kernels, self.biases = [], []
         for i, mask in enumerate(self.masks):
-            self.kernels.append(self.add_weight(name=f"kernel_{i}", shape=mask.shape,
-                                                initializer=self.kernel_initializer))
+            self.kernels.append(self.add_weight(
+                name=f"kernel_{i}", shape=mask.shape,
+                initializer=initializers.for_weight(self.kernel_initializer, f"kernel_{i}")))
             if self.use_bias:
                 self.biases.append(self.add_weight(name=f"bias_{i}", shape=mask.shape[1:],
                                                    initializer="zeros"))

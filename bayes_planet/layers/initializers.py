@@ -18,6 +18,7 @@ draw). Any other string falls back to `keras.initializers.get`.
 import tensorflow as tf
 import tensorflow_probability as tfp
 
+from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import constraints as constraints_lib
 from bayes_planet.layers._registry import resolve
@@ -33,6 +34,7 @@ __all__ = [
     "TrainableGlorotNormal",
     "TrainableHeNormal",
     "TrainableNormal",
+    "for_weight",
     "get",
     "serialize",
 ]
@@ -138,14 +140,13 @@ class TrainableNormal(DistributionInitializer):
     ):
         super().__init__(**kwargs)
         self.seed = seed
-        self.mean_initializer = keras.initializers.get(mean_initializer)
-        if seed is not None and hasattr(self.mean_initializer, "seed"):
-            self.mean_initializer.seed = seed
         if stddev_initializer is None:
-            stddev_initializer = keras.initializers.TruncatedNormal(
-                mean=-5.0, stddev=0.1, seed=seed
-            )
-        self.stddev_initializer = keras.initializers.get(stddev_initializer)
+            stddev_initializer = keras.initializers.TruncatedNormal(mean=-5.0, stddev=0.1)
+        # A seed reseeds both parts, each with its own stream (Keras initializers read their
+        # seed at construction, so a seeded copy is built rather than an attribute set).
+        self.mean_initializer = _seeded(keras.initializers.get(mean_initializer), seed, "mean")
+        self.stddev_initializer = _seeded(keras.initializers.get(stddev_initializer), seed,
+                                          "stddev")
         self.mean_constraint = keras.constraints.get(mean_constraint)
         self.stddev_constraint = constraints_lib.get(stddev_constraint)
 
@@ -253,3 +254,44 @@ def get(identifier):
 
 def serialize(initializer):
     return keras.saving.serialize_keras_object(initializer)
+
+
+def _with_seed(initializer, seed):
+    """A new instance of a Keras-style ``initializer`` (from its config) with ``seed``."""
+    config = initializer.get_config()
+    if "seed" in config:
+        config["seed"] = seed
+    return initializer.__class__.from_config(config)
+
+
+def _seeded(initializer, seed, name):
+    """``initializer`` reseeded with the stream ``name`` of ``seed``; as it is if ``seed`` is
+    None or it draws nothing at random."""
+    if seed is None or "seed" not in initializer.get_config():
+        return initializer
+    return _with_seed(initializer, seeds.int_seed(seed, name))
+
+
+def for_weight(initializer, name):
+    """A fresh instance of ``initializer`` for the weight ``name`` of a multi-weight layer.
+
+    A layer that builds several weights from one initializer argument (MADE's masked kernels,
+    the attention projections) must not hand the same instance to each: Keras initializers
+    return identical values on every call (seeded ones by design, unseeded ones after the
+    first call), so weights of equal shape would start equal. Each weight gets its own draw:
+    a seeded initializer is cloned with the named stream ``seeds.int_seed(seed,
+    "initial_value/" + name)`` (reproducible, and different per weight); an unseeded one is
+    cloned unseeded (a fresh draw from Keras' global seed, as separate Keras layers get).
+    Initializers without randomness (``zeros``, ``constant``, ...) are cloned as they are.
+
+    Args:
+      initializer: anything `get` resolves (alias, Keras name, config dict, instance).
+      name: the weight's name within the layer (the stream name).
+    """
+    initializer = get(initializer)
+    if not hasattr(initializer, "get_config"):
+        raise TypeError("Expected an initializer with get_config() for a multi-weight layer. "
+                        f"Received: initializer={initializer!r} (weight {name!r})")
+    seed = initializer.get_config().get("seed")
+    return _with_seed(initializer, None if seed is None else seeds.int_seed(
+        seed, f"initial_value/{name}"))
