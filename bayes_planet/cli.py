@@ -14,10 +14,18 @@ import argparse
 import pathlib
 import sys
 
+from bayes_planet import _startup
+
 __all__ = ["main"]
 
 
+# Each command first imports TensorFlow (and gym, which TF-Agents imports) without their
+# start-up lines that are not errors (`_startup`); `train` checks its config before that.
+_AGENT_STACK = ("tensorflow", "gym")
+
+
 def _demo(args):
+    _startup.quiet_import("tensorflow")
     from bayes_planet import demo
 
     demo.run(epochs=args.epochs, samples=args.samples, seed=args.seed)
@@ -32,6 +40,7 @@ def _train(args):
         overrides.insert(0, f"task={args.task}")
     config = config_lib.load(presets, overrides)  # Fails fast, before TensorFlow loads.
     config_lib.validate(config)
+    _startup.quiet_import(*_AGENT_STACK)
     from bayes_planet.training import Trainer
 
     trainer = Trainer(config, args.logdir)
@@ -42,6 +51,7 @@ def _train(args):
 
 
 def _eval(args):
+    _startup.quiet_import(*_AGENT_STACK)
     import numpy as np
 
     from bayes_planet import envs
@@ -67,6 +77,7 @@ def _eval(args):
 
 
 def _probe(args):
+    _startup.quiet_import(*_AGENT_STACK)
     from bayes_planet import probes
 
     horizons = [int(h) for h in args.horizons.split(",") if h.strip()]
