@@ -156,6 +156,19 @@ def bayesian_layers(module):
     return found
 
 
+def _stateless_seed(seed):
+    """``seed`` as an int32 ``[2]`` tensor; a one-line error for anything else."""
+    try:
+        tensor = tf.convert_to_tensor(seed)
+    except (TypeError, ValueError):
+        tensor = None
+    if (tensor is None or not tensor.dtype.is_integer or tensor.shape.rank not in (None, 1)
+            or tensor.shape.rank == 1 and tensor.shape[0] not in (None, 2)):
+        raise ValueError("Expected a stateless seed: two integers, shape [2]. "
+                         f"Received: seed={seed!r}")
+    return tf.cast(tensor, tf.int32)
+
+
 @contextlib.contextmanager
 def fixed_noise(module, seed):
     """Makes every Bayesian layer in ``module`` reuse one noise draw within the block.
@@ -175,8 +188,10 @@ def fixed_noise(module, seed):
     Args:
       module: a layer, model or `tf.Module` containing Bayesian layers.
       seed: a stateless seed, shape ``[2]`` int32 (tensor or list).
+    Raises:
+      ValueError: a seed that is not two integers.
     """
-    seed = tf.cast(tf.convert_to_tensor(seed), tf.int32)
+    seed = _stateless_seed(seed)
     layers = bayesian_layers(module)
     previous = [getattr(layer, "_fixed_seed", None) for layer in layers]
     for index, layer in enumerate(layers):

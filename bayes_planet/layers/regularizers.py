@@ -12,6 +12,7 @@ Each regularizer accepts a `DistributionInitializer` (fast path: closed forms on
 """
 
 import math
+import numbers
 
 import tensorflow as tf
 import tensorflow_probability as tfp
@@ -66,16 +67,25 @@ def _distribution_moments(x):
     )
 
 
+def _dataset_size(value):
+    """``int(value)`` for a positive whole number (an int, or a float such as 6e4); else a
+    one-line ValueError naming it (strings, booleans, inf/nan, fractions, < 1)."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value != int(value) or value < 1):
+        raise ValueError(f"Expected a positive integer. Received: dataset_size={value!r}")
+    return int(value)
+
+
 class KLRegularizer(keras.regularizers.Regularizer):
     """Base: ``__call__`` returns ``scale_factor * divergence / dataset_size``."""
 
     def __init__(self, scale_factor=1.0, dataset_size=None):
-        if dataset_size is not None and (int(dataset_size) != dataset_size or dataset_size < 1):
-            raise ValueError(
-                f"Expected a positive integer or None. Received: dataset_size={dataset_size}"
-            )
+        if (isinstance(scale_factor, bool) or not isinstance(scale_factor, numbers.Real)
+                or not math.isfinite(scale_factor) or scale_factor < 0):
+            raise ValueError("Expected a finite non-negative number. "
+                             f"Received: scale_factor={scale_factor!r}")
         self.scale_factor = float(scale_factor)
-        self.dataset_size = None if dataset_size is None else int(dataset_size)
+        self.dataset_size = None if dataset_size is None else _dataset_size(dataset_size)
 
     def __call__(self, x):
         divergence = self.divergence(x)
@@ -343,13 +353,12 @@ def set_dataset_size(model, dataset_size):
     Call it before the first training step (traced functions capture the value).
     Returns the number of regularizers updated.
     """
-    if int(dataset_size) != dataset_size or dataset_size < 1:
-        raise ValueError(f"Expected a positive integer. Received: dataset_size={dataset_size}")
+    dataset_size = _dataset_size(dataset_size)
     layers = [model] + list(model.submodules) if hasattr(model, "submodules") else [model]
     seen = set()
     for layer in layers:
         for value in list(vars(layer).values()):
             if isinstance(value, KLRegularizer) and id(value) not in seen:
-                value.dataset_size = int(dataset_size)
+                value.dataset_size = dataset_size
                 seen.add(id(value))
     return len(seen)
