@@ -330,6 +330,20 @@ def test_from_gymnasium_repeat_and_seed():
     env.close()
 
 
+def test_a_state_based_gymnasium_env_renders_frames_for_videos():
+    env = envs.make("gym:Pendulum-v1", obs_type="state", seed=0, size=(32, 32))
+    env.reset()
+    frame = env.render()
+    assert frame.shape == (32, 32, 3) and frame.dtype == np.uint8 and frame.std() > 0
+    env.close()
+
+
+def test_an_unknown_gymnasium_env_is_a_one_line_error():
+    with pytest.raises(ValueError, match=r"Unknown gymnasium environment .*NoSuchEnv.*"
+                                         r"Received: gym_env='NoSuchEnv-v0'$"):
+        envs.make("gym:NoSuchEnv-v0", obs_type="state")
+
+
 # ------------------------------------------------------------------------------------------------
 # TF-Agents face.
 

@@ -112,6 +112,21 @@ class GymnasiumEnv(gymnasium.Env):
         self.env.close()
 
 
+def render_modes(env_id):
+    """The render modes a registered gymnasium environment declares (without making it).
+
+    Raises:
+      ValueError: ``env_id`` is not a registered environment (one line, naming it).
+    """
+    try:
+        entry_point = gymnasium.spec(env_id).entry_point
+    except gymnasium.error.Error as e:
+        raise ValueError(f"Unknown gymnasium environment ({e}). Received: gym_env={env_id!r}"
+                         ) from None
+    creator = gymnasium.envs.registration.load_env_creator(entry_point)
+    return tuple(getattr(creator, "metadata", {}).get("render_modes", ()))
+
+
 class FromGymnasium:
     """A gymnasium environment with the plain environment API (see ``bayes_planet.envs.dmc``).
 
@@ -140,7 +155,10 @@ class FromGymnasium:
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
         os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
         if isinstance(gym_env, str):
-            gym_env = gymnasium.make(gym_env, render_mode="rgb_array" if pixels else None)
+            # Frames for pixels, and for videos of state-based runs (rendered only on request).
+            renders = "rgb_array" in render_modes(gym_env)
+            gym_env = gymnasium.make(gym_env, render_mode="rgb_array" if pixels or renders
+                                     else None)
         if not isinstance(gym_env, gymnasium.Env):
             raise TypeError(
                 f"Expected a gymnasium.Env or an environment id. Received: gym_env={gym_env!r}"
