@@ -101,7 +101,11 @@ def _true_neg_kl_log_uniform(log_alpha):
     def integrand(z):
         return np.log(np.abs(1.0 + s * z)) * np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
 
-    expectation = scipy.integrate.quad(integrand, -12, 12, points=[-1.0 / s], limit=200)[0]
+    # The log singularity at z = -1/s as an endpoint of two pieces (QUADPACK's extrapolation
+    # handles endpoint singularities; as an interior break point it reported divergence).
+    cut = -1.0 / s
+    pieces = ((-12.0, cut), (cut, 12.0)) if -12.0 < cut < 12.0 else ((-12.0, 12.0),)
+    expectation = sum(scipy.integrate.quad(integrand, a, b, limit=200)[0] for a, b in pieces)
     return 0.5 * log_alpha - expectation - 0.5 * (np.euler_gamma + np.log(2.0))
 
 

@@ -71,6 +71,7 @@ from bayes_planet.layers.outputs import (
     MixtureLogistic,
     MixtureNormal,
     Normal,
+    negative_log_likelihood,
 )
 from bayes_planet.layers.point_process import GridPoissonProcess, PoissonProcess
 from bayes_planet.layers.random_features import RandomFourierFeatures
@@ -173,6 +174,7 @@ __all__ = [
     "initializers",
     "intercept",
     "kernels",
+    "negative_log_likelihood",
     "posterior_mean",
     "regularizers",
     "set_dataset_size",

@@ -55,10 +55,21 @@ __all__ = [
     "MixtureLogistic",
     "MixtureNormal",
     "Normal",
+    "negative_log_likelihood",
     "straight_through",
 ]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
+
+
+@_register
+def negative_log_likelihood(y_true, y_pred):
+    """Keras loss for a model whose output is a `RandomVariable`: ``-log p(y_true)``.
+
+    ``model.compile(loss=bl.negative_log_likelihood)``; being registered, it survives
+    ``model.save``/``load_model`` with the compiled loss (a lambda would not).
+    """
+    return -y_pred.distribution.log_prob(y_true)
 
 
 def straight_through(sample, surrogate):
