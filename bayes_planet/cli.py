@@ -35,7 +35,7 @@ def _train(args):
     from bayes_planet.training import Trainer
 
     trainer = Trainer(config, args.logdir)
-    records = trainer.run(progress=not args.quiet)
+    records = trainer.loop(progress=not args.quiet)
     evals = [r["eval_return"] for r in records if r.get("eval_return") is not None]
     print(f"done: {len(records)} episodes, {records[-1]['env_steps']} env steps, "
           f"last eval return {evals[-1] if evals else float('nan'):.1f}; logdir {args.logdir}")
@@ -45,23 +45,24 @@ def _eval(args):
     import numpy as np
 
     from bayes_planet import envs
-    from bayes_planet.run import Run
+    from bayes_planet.agent import Agent
 
     if args.video and not args.out:
         raise ValueError("eval --video needs --out DIR (eval never writes into the run). "
                          "Received: --out=None")
-    run = Run(args.logdir, read_only=True)
+    agent = Agent(args.logdir, read_only=True)
+    collector = agent.collector
     returns = []
     for i in range(args.episodes):
-        policy = run.policy("eval", 2**30, i)
-        episode, frames = run.collect(policy, "cli_eval_env", i, evaluation=True,
-                                      render=args.video)
+        policy = collector.policy("eval", i, stream="cli_eval_policy")
+        episode, frames = collector.collect(policy, "cli_eval_env", i, evaluation=True,
+                                            render=args.video)
         returns.append(float(episode["reward"].sum()))
         if args.video:
             out = pathlib.Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             envs.write_video(np.stack(frames), out / f"eval_cli_{i}.mp4", fps=20)
-    print(f"eval over {args.episodes} episodes (checkpoint {run.restored}): return "
+    print(f"eval over {args.episodes} episodes (checkpoint {agent.restored}): return "
           f"{np.mean(returns):.1f} ± {np.std(returns):.1f} "
           f"({', '.join(f'{r:.1f}' for r in returns)})")
 

@@ -37,7 +37,8 @@ def test_layer_library_does_not_import_the_agent_stack():
 
 
 @pytest.mark.parametrize("module", ["bayes_planet.training", "bayes_planet.envs",
-                                    "bayes_planet.agent", "bayes_planet.cli",
+                                    "bayes_planet.agent", "bayes_planet.policy",
+                                    "bayes_planet.collection", "bayes_planet.cli",
                                     "bayes_planet.config", "bayes_planet.probes"])
 def test_agent_modules_name_the_missing_extra(module):
     result = _python(

@@ -112,7 +112,7 @@ def trained_run(tmp_path_factory):
     from bayes_planet.training import Trainer
 
     logdir = tmp_path_factory.mktemp("run")
-    Trainer(config_lib.load(["debug"], ["eval.video=false"]), logdir).run(progress=False)
+    Trainer(config_lib.load(["debug"], ["eval.video=false"]), logdir).loop(progress=False)
     return logdir
 
 

@@ -1,6 +1,6 @@
 """Trustworthy runs (issue #18): reproducible from a seed, crash-safe, one owner of the logdir.
 
-Crashes are injected with ``BAYES_PLANET_FAULT=point:n`` (`bayes_planet.run.fault_point`), which
+Crashes are injected with ``BAYES_PLANET_FAULT=point:n`` (`bayes_planet.faults.fault_point`), which
 SIGKILLs the trainer the n-th time it reaches a named point: no timing luck.
 """
 

@@ -206,13 +206,13 @@ def _run(logdir, episodes, fault=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("BAYES_PLANET_FAULT", None)
     if fault:
-        env["BAYES_PLANET_FAULT"] = fault  # SIGKILL at a named point (bayes_planet.run).
+        env["BAYES_PLANET_FAULT"] = fault  # SIGKILL at a named point (bayes_planet.faults).
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
     """SIGKILL a debug run during its second planning episode, rerun the same command."""
-    from bayes_planet.run import Run
+    from bayes_planet.agent import Agent
 
     logdir = tmp_path / "run"
     killed = _run(logdir, episodes=5, fault="plan:20")  # 15 steps per episode: in episode 4.
@@ -224,11 +224,11 @@ def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
     assert latest.name == "ckpt-000003"  # ckpt-4 is written only with episode 4.
     prefix = str(latest / "ckpt")
 
-    run = Run(logdir, read_only=True)
-    assert run.restored == 3 and run.replay.num_episodes == len(saved)
-    assert int(run.updates.numpy()) == tf.train.load_variable(
+    agent = Agent(logdir, read_only=True)
+    assert agent.restored == 3 and agent.replay.num_episodes == len(saved)
+    assert int(agent.updates.numpy()) == tf.train.load_variable(
         prefix, "updates/.ATTRIBUTES/VARIABLE_VALUE") == 3
-    variable = run.model.rssm.post_stats.kernel
+    variable = agent.model.rssm.post_stats.kernel
     key = next(k for k, _ in tf.train.list_variables(prefix)
                if "post_stats" in k and "kernel" in k and "optimizer" not in k)
     np.testing.assert_array_equal(variable.numpy(), tf.train.load_variable(prefix, key))
