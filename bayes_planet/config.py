@@ -283,11 +283,6 @@ def validate(config):
     return config
 
 
-def model_defaults():
-    """The ``model`` section of the agent's defaults (the one place they are written)."""
-    return copy.deepcopy(_raw()["defaults"]["model"])
-
-
 # -- experiment scripts: the same format and validation, as plain dicts ------------------------
 def load_dict(path, presets=(), overrides=()):
     """`load` for an experiment's own YAML, returned as a plain (mutable) dict."""
