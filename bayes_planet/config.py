@@ -176,7 +176,9 @@ def write(config, path):
 def parse(text, source="config", defaults_path=None):
     """A config from YAML text written by `dump`, validated like `load` (types and ranges).
 
-    Raises `ConfigError` naming ``source`` for text that is not a YAML mapping.
+    The agent's configs (``defaults_path`` None) written in an older layout are upgraded
+    first (`upgrade`). Raises `ConfigError` naming ``source`` for text that is not a YAML
+    mapping.
     """
     try:
         data = _load_yaml(text)
@@ -185,6 +187,8 @@ def parse(text, source="config", defaults_path=None):
         raise ConfigError(f"{source} is not valid YAML ({line})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source} does not hold a config mapping; received {data!r:.80}")
+    if defaults_path is None:
+        data = upgrade(data)
     defaults = _raw(defaults_path)["defaults"]
     config = copy.deepcopy(defaults)
     try:
@@ -201,13 +205,37 @@ def read(path, defaults_path=None):
     return parse(text, str(path), defaults_path)
 
 
+# -- older layouts of the agent's config ---------------------------------------------------------
+_OLD_CEM_KEYS = ("candidates", "top_k", "iterations")
+
+
+def upgrade(data):
+    """An agent config mapping of an older layout in today's (a new dict; ``data`` unchanged).
+
+    Run directories keep the ``config.yaml`` they were started with, so every change of layout
+    is undone here when one is read (`read`, `parse`):
+
+    * before the planner was chosen by name (``planner.name``), the CEM settings lay directly
+      in ``planner``: ``planner: {candidates, top_k, iterations, ...}`` becomes
+      ``planner: {name: cem, cem: {candidates, top_k, iterations}, ...}``.
+    """
+    data = copy.deepcopy(data)
+    planner = data.get("planner")
+    if isinstance(planner, dict) and "name" not in planner and "cem" not in planner:
+        old = {key: planner.pop(key) for key in _OLD_CEM_KEYS if key in planner}
+        if old:
+            planner["name"] = "cem"
+            planner["cem"] = old
+    return data
+
+
 # -- ranges of the agent's config (bayes_planet/configs.yaml) ----------------------------------
 _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.cnn_depth",
                  "model.mlp_units", "model.mlp_layers", "model.reward_layers",
                  "train.batch_size", "train.chunk_length", "train.seed_episodes",
                  "train.episodes", "train.checkpoint_every", "train.max_nonfinite_steps",
-                 "planner.horizon", "planner.candidates", "planner.top_k", "planner.iterations",
-                 "planner.weight_samples", "eval.every", "eval.episodes", "env.image_size",
+                 "planner.horizon", "planner.cem.candidates", "planner.cem.top_k",
+                 "planner.cem.iterations", "planner.weight_samples", "eval.every", "eval.episodes", "env.image_size",
                  "env.episode_length", "env.action_repeat")
 _NON_NEGATIVE_INT = ("train.updates_per_episode",)
 _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "train.learning_rate",
@@ -267,9 +295,14 @@ def validate(config):
     bits = data["train"]["pixel_bits"]
     if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 8:
         fail("train.pixel_bits", "an integer in [1, 8]", bits)
-    if data["planner"]["top_k"] > data["planner"]["candidates"]:
-        fail("planner.top_k", f"at most planner.candidates={data['planner']['candidates']}",
-             data["planner"]["top_k"])
+    planner = data["planner"]
+    sections = sorted(k for k, v in planner.items() if isinstance(v, dict))
+    if planner["name"] not in sections:
+        fail("planner.name", f"one of {sections}", planner["name"])
+    cem = planner["cem"]
+    if cem["top_k"] > cem["candidates"]:
+        fail("planner.cem.top_k", f"at most planner.cem.candidates={cem['candidates']}",
+             cem["top_k"])
     if data["train"]["chunk_length"] > data["env"]["episode_length"]:
         fail("train.chunk_length", f"at most env.episode_length={data['env']['episode_length']}",
              data["train"]["chunk_length"])

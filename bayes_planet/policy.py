@@ -1,15 +1,16 @@
-"""The planning agent as a TF-Agents policy: filter the belief, plan with CEM.
+"""The planning agent as a TF-Agents policy: filter the belief, plan in latent space.
 
 `PlannerPolicy` keeps ``(h, z, previous action)`` as TF-Agents policy state. Each
 ``action(time_step, state, seed)`` updates the posterior with the new observation
-(``obs_step``), then plans in latent space with the cross-entropy method: every
+(``obs_step``), then plans in latent space with the planner named by ``planner.name``
+(`bayes_planet.planners.get`; PlaNet's cross-entropy method, ``cem``, by default): every
 candidate action sequence is rolled out with the RSSM prior under K weight
 samples of the Bayesian transition (K independent `imagine` calls, each holding
 one weight sample fixed), its predicted rewards summed over the horizon, and
 scored by ``mean + beta * std`` over the K samples (β > 0 optimism, β < 0
 caution, β = 0 with K = 1 is PlaNet). The first action of the plan is returned;
 exploration noise (PlaNet: 0.3) is added during collection and the action clipped
-to the spec by TF-Agents' public ``action()``.
+to the spec.
 """
 
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
@@ -18,8 +19,8 @@ import tensorflow as tf
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
 
+from bayes_planet import planners
 from bayes_planet.layers import fixed_noise
-from bayes_planet.planners.cem import cross_entropy_method
 from bayes_planet.planners.objectives import uncertainty_aware_score
 
 __all__ = ["PlannerPolicy", "imagined_returns"]
@@ -46,13 +47,13 @@ def imagined_returns(world_model, state, actions, seeds):
 
 
 class PlannerPolicy(tf_policy.TFPolicy):
-    """CEM planning in the world model's latent space (see the module docstring).
+    """Planning in the world model's latent space (see the module docstring).
 
     Args:
       time_step_spec, action_spec: TF-Agents specs of the (batched) environment.
       world_model: a trained `bayes_planet.world_model.WorldModel`.
-      planner: the ``planner`` config section (horizon, candidates, top_k,
-        iterations, weight_samples, beta, exploration_noise).
+      planner: the ``planner`` config section (name, horizon, weight_samples, beta,
+        exploration_noise, and the named planner's own sub-section, e.g. ``cem``).
       explore: add Gaussian exploration noise (collection) or not (evaluation).
     """
 
@@ -68,6 +69,7 @@ class PlannerPolicy(tf_policy.TFPolicy):
         super().__init__(time_step_spec, action_spec, policy_state_spec=state_spec,
                          clip=False, name=name)
         self._world_model, self._planner = world_model, planner
+        self._plan = planners.get(planner.name)
         self._noise = float(planner.exploration_noise) if explore else 0.0
         self._low = tf.constant(action_spec.minimum, tf.float32)
         self._high = tf.constant(action_spec.maximum, tf.float32)
@@ -106,10 +108,9 @@ class PlannerPolicy(tf_policy.TFPolicy):
             returns = imagined_returns(wm, post, actions, sample_seeds)
             return uncertainty_aware_score(returns, cfg.beta)
 
-        plan = cross_entropy_method(
-            objective, horizon=cfg.horizon, action_dim=wm.action_size,
-            action_low=self._low, action_high=self._high, num_candidates=cfg.candidates,
-            top_k=cfg.top_k, iterations=cfg.iterations, seed=seed[2], batch_shape=(batch,))
+        plan = self._plan(objective, cfg[cfg.name], horizon=cfg.horizon,
+                          action_dim=wm.action_size, action_low=self._low,
+                          action_high=self._high, seed=seed[2], batch_shape=(batch,))
         action = plan[:, 0]
         if self._noise:
             action += self._noise * tf.random.stateless_normal(

@@ -59,7 +59,7 @@ def main():
             rate = plan_flops(model, config.planner) / seconds / 1e9
             p = config.planner
             print(f"| {preset} | {estimator} | {p.weight_samples} | "
-                  f"{p.candidates}×{p.iterations}×{p.horizon} | {1 / seconds:.2f} | "
+                  f"{p.cem.candidates}×{p.cem.iterations}×{p.horizon} | {1 / seconds:.2f} | "
                   f"{seconds:.2f} | {rate:.1f} | {rate / mm:.2f} |", flush=True)
     env.close()
 
