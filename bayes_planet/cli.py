@@ -25,8 +25,9 @@ def _demo(args):
 
 def _train(args):
     from bayes_planet import config as config_lib
+    from bayes_planet import yaml_config
 
-    presets = config_lib.parse_presets(args.preset)
+    presets = yaml_config.parse_presets(args.preset)
     overrides = list(args.set or [])
     if args.task:
         overrides.insert(0, f"task={args.task}")

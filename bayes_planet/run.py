@@ -45,6 +45,7 @@ import sys
 import numpy as np
 
 from bayes_planet import config as config_lib
+from bayes_planet import yaml_config
 from bayes_planet.faults import fault_armed, fault_point
 from bayes_planet.replay import fsync_path
 
@@ -220,7 +221,7 @@ class Run:
                     f"logdir {logdir} holds a run with a different config ({diff}); "
                     "use a new --logdir or the same presets and --set values")
         else:
-            _atomic_write(path, config_lib.dump(self.config), fault="config_write")
+            _atomic_write(path, yaml_config.dump(self.config), fault="config_write")
         checkpoints = logdir / "checkpoints"
         checkpoints.mkdir(exist_ok=True)
         for temp in checkpoints.glob(".tmp-*"):

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from bayes_planet import config as config_lib
-from bayes_planet import seeds
+from bayes_planet import seeds, yaml_config
 
 WALL_CLOCK = ("seconds",)
 
@@ -344,14 +344,14 @@ def test_named_streams_are_stable_and_independent():
 def test_one_preset_grammar():
     import argparse
 
-    parser = config_lib.add_preset_argument(argparse.ArgumentParser(), default=["d"])
+    parser = yaml_config.add_preset_argument(argparse.ArgumentParser(), default=["d"])
     for argv in (["--preset", "a,b"], ["--preset", "a", "b"], ["--preset", "a", "--preset", "b"]):
-        assert config_lib.presets_from(parser.parse_args(argv)) == ["a", "b"], argv
-    assert config_lib.presets_from(parser.parse_args([])) == ["d"]
+        assert yaml_config.presets_from(parser.parse_args(argv)) == ["a", "b"], argv
+    assert yaml_config.presets_from(parser.parse_args([])) == ["d"]
     from bayes_planet import cli
 
     args = cli.build_parser().parse_args(["train", "--logdir", "x", "--preset", "debug", "cpu"])
-    assert config_lib.parse_presets(args.preset) == ["debug", "cpu"]
+    assert yaml_config.parse_presets(args.preset) == ["debug", "cpu"]
 
 
 def test_envs_dmc_and_gym_adapter_do_not_import_each_other():

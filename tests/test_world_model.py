@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from bayes_planet import config as config_lib
+from bayes_planet import yaml_config
 from bayes_planet.rssm import RSSM
 from bayes_planet.world_model import WorldModel, preprocess_image
 
@@ -251,7 +252,7 @@ def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
 
 def test_a_logdir_from_a_different_config_is_refused(tmp_path):
     logdir = tmp_path / "run"
-    config_lib.write(config_lib.load(["debug"]), logdir / "config.yaml")
+    yaml_config.write(config_lib.load(["debug"]), logdir / "config.yaml")
     result = subprocess.run(
         [sys.executable, "-m", "bayes_planet.cli", "train", "--preset", "debug", "--logdir",
          str(logdir), "--set", "train.batch_size=2"], capture_output=True, text=True, timeout=300)
