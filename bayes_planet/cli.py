@@ -20,7 +20,7 @@ __all__ = ["main"]
 def _demo(args):
     from bayes_planet import demo
 
-    demo.run(epochs=args.epochs, samples=args.samples, seed=args.seed)
+    demo.main(epochs=args.epochs, samples=args.samples, seed=args.seed)
 
 
 def _train(args):
@@ -72,7 +72,7 @@ def _probe(args):
     from bayes_planet import probes
 
     horizons = [int(h) for h in args.horizons.split(",") if h.strip()]
-    probes.run_probe(args.logdir, episodes=args.episodes, out=args.out,
+    probes.probe_run(args.logdir, episodes=args.episodes, out=args.out,
                      train_episodes=args.train_episodes, train_source=args.train_source,
                      test_episodes=args.test_episodes, context=args.context, horizons=horizons,
                      latent=args.latent, weights=args.weights, seed=args.seed)

@@ -4,7 +4,7 @@ Paper Fig. 11 (Tran et al., 2019): fit simple regressors from the latent state t
 true physical quantities and report their R² on held-out episodes. The claim to test is
 that a Bayesian world model's latent codes carry more information about velocities.
 
-``bayes-planet probe --logdir runs/x`` (`run_probe`):
+``bayes-planet probe --logdir runs/x`` (`probe_run`):
 
 * **Data.** Probe *training* episodes are the run's replay episodes (every episode stores
   ``physics`` = ``physics.get_state()`` = ``[qpos, qvel, act]`` of each observation), the
@@ -58,7 +58,7 @@ __all__ = [
     "fit_probes",
     "load_episodes",
     "physics_names",
-    "run_probe",
+    "probe_run",
 ]
 
 GROUPS = ("position", "velocity", "task")
@@ -315,7 +315,7 @@ def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent,
 
 
 # ---------------------------------------------------------------- the command
-def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="replay",
+def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="replay",
               test_episodes=None, context=5, horizons=(1, 5, 10, 20), stride=1, latent="mean",
               weights="per_episode", mlp_hidden=(64,), alpha=1.0, seed=0, verbose=True):
     """Probes a trained run; writes ``probe.json`` and ``probe_velocity.png``; returns the report.
