@@ -1,132 +1,145 @@
-"""The planning agent as a TF-Agents policy: filter the belief, plan with CEM.
+"""The agent of a run directory: strategy, environments, replay, world model and policies.
 
-`PlannerPolicy` keeps ``(h, z, previous action)`` as TF-Agents policy state. Each
-``action(time_step, state, seed)`` updates the posterior with the new observation
-(``obs_step``), then plans in latent space with the cross-entropy method: every
-candidate action sequence is rolled out with the RSSM prior under K weight
-samples of the Bayesian transition (K independent `imagine` calls, each holding
-one weight sample fixed), its predicted rewards summed over the horizon, and
-scored by ``mean + beta * std`` over the K samples (β > 0 optimism, β < 0
-caution, β = 0 with K = 1 is PlaNet). The first action of the plan is returned;
-exploration noise (PlaNet: 0.3) is added during collection and the action clipped
-to the spec by TF-Agents' public ``action()``.
+``Agent(logdir, config)`` validates the config, opens the run directory for writing
+(`bayes_planet.run.Run`: lock, config.yaml, checkpoints, metrics) and assembles what lives in
+it; ``Agent(logdir, read_only=True)`` opens a trained run for reading (`eval`, `probe`,
+experiment scripts). The order matters and is fixed here:
+
+1. the distribution strategy (a multi-worker strategy must exist before other ops; a
+   non-chief worker keeps its own run directory ``<logdir>/<task_type>_<task_id>``,
+   see docs/distributed.md);
+2. the `Run` (a writer takes the lock, writes or compares config.yaml);
+3. the environments, the replay (`EpisodeReplay` of ``<logdir>/episodes``), the world model
+   (initial weights from the ``weights`` stream, `bayes_planet.seeds`) and the counters;
+4. uncommitted work is discarded and the newest valid checkpoint restored;
+5. the `Collector` (planner policies, seeded episode collection).
 """
 
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
 
-import tensorflow as tf
-from tf_agents.policies import tf_policy
-from tf_agents.trajectories import policy_step
+import pathlib
 
-from bayes_planet.layers import fixed_noise
-from bayes_planet.planners.cem import cross_entropy_method
-from bayes_planet.planners.objectives import uncertainty_aware_score
+import numpy as np
 
-__all__ = ["PlannerPolicy", "imagined_returns"]
+from bayes_planet import config as config_lib
+from bayes_planet import seeds
+from bayes_planet.run import Run, RunError, read_config
 
-
-def imagined_returns(world_model, state, actions, seeds):
-    """Predicted return of each candidate under each weight sample.
-
-    Args:
-      world_model: a `WorldModel`.
-      state: latent state dict, leading dims ``[B]``.
-      actions: ``[B, N, H, A]`` candidate action sequences.
-      seeds: ``[K, 2]`` stateless seeds, one weight sample each.
-    Returns:
-      ``[K, B, N]`` summed predicted rewards.
-    """
-    n = tf.shape(actions)[1]
-    tiled = {k: tf.repeat(v[:, None], n, axis=1) for k, v in state.items()}  # [B, N, D]
-    returns = []
-    for k in range(seeds.shape[0]):
-        prior = world_model.rssm.imagine(actions, tiled, seeds[k])
-        returns.append(tf.reduce_sum(world_model.predict_reward(prior), -1))
-    return tf.stack(returns)
+__all__ = ["Agent", "check_config"]
 
 
-class PlannerPolicy(tf_policy.TFPolicy):
-    """CEM planning in the world model's latent space (see the module docstring).
+def check_config(config):
+    """Validates an agent config completely (ranges and the task); raises a one-line `RunError`."""
+    try:
+        config_lib.validate(config)
+    except config_lib.ConfigError as e:
+        raise RunError(str(e)) from None
+    if not config.task.startswith("gym:"):
+        from bayes_planet import envs
+
+        try:
+            envs.resolve_task(config.task)
+        except ValueError as e:
+            raise RunError(str(e).strip().splitlines()[0]) from None
+    return config
+
+
+class Agent:
+    """A (Bayesian) PlaNet agent over a run directory opened for writing or reading.
 
     Args:
-      time_step_spec, action_spec: TF-Agents specs of the (batched) environment.
-      world_model: a trained `bayes_planet.world_model.WorldModel`.
-      planner: the ``planner`` config section (horizon, candidates, top_k,
-        iterations, weight_samples, beta, exploration_noise).
-      explore: add Gaussian exploration noise (collection) or not (evaluation).
+      logdir: the run directory.
+      config: the merged `Config` (writers); readers read ``<logdir>/config.yaml``.
+      read_only: open for reading: no lock, nothing written into ``logdir``; requires a
+        checkpoint unless ``require_checkpoint=False``.
+      require_checkpoint: readers only.
+      say: where warnings go (default: stderr).
+    Attributes:
+      config, run (the `Run`), logdir (the run's; a worker's own one under multi-worker),
+      strategy, worker (0 for the chief), replay (`EpisodeReplay`), model (`WorldModel`),
+      updates, nonfinite, nonfinite_in_a_row (checkpointed counters), checkpoint,
+      restored (the restored checkpoint's number, or None), collector (`Collector`: the
+      environments and the policies).
+    Raises:
+      RunError: one-line user errors (bad config, logdir not a writable directory, no run,
+        a different config, no checkpoint); `RunLockedError` if another writer holds the lock.
     """
 
-    def __init__(self, time_step_spec, action_spec, world_model, planner, explore=False,
-                 seed=0, name="planner_policy"):
-        rssm = world_model.rssm
-        spec = lambda n: tf.TensorSpec([n], tf.float32)  # noqa: E731
-        state_spec = {"mean": spec(rssm.stoch_size), "std": spec(rssm.stoch_size),
-                      "stoch": spec(rssm.stoch_size), "deter": spec(rssm.deter_size),
-                      "action": spec(world_model.action_size)}
-        super().__init__(time_step_spec, action_spec, policy_state_spec=state_spec,
-                         clip=True, name=name)
-        self._world_model, self._planner = world_model, planner
-        self._noise = float(planner.exploration_noise) if explore else 0.0
-        self._low = tf.constant(action_spec.minimum, tf.float32)
-        self._high = tf.constant(action_spec.maximum, tf.float32)
-        self._obs_key = next(iter(time_step_spec.observation))
-        # Seeds for calls without one (TF-Agents drivers): [seed, step], step counted here.
-        self._seed_base = tf.Variable([int(seed), 0], dtype=tf.int32, trainable=False,
-                                      name="seed_stream")
+    def __init__(self, logdir, config=None, read_only=False, require_checkpoint=True, say=None):
+        import tensorflow as tf
 
-    def reseed(self, seed, stream=0):
-        """Restarts the policy's own seed stream (e.g. once per episode)."""
-        self._seed_base.assign([int(seed) % (2**31 - 1), int(stream) % (2**31 - 1)])
+        from bayes_planet import distribute, envs
+        from bayes_planet.collection import Collector
+        from bayes_planet.replay import EpisodeReplay
+        from bayes_planet.world_model import WorldModel
 
-    def _variables(self):
-        return self._world_model.trainable_variables
+        if read_only:
+            config = read_config(logdir)
+        elif config is None:
+            raise RunError(f"Expected a config to open {logdir} for writing. Received: None")
+        self.config = c = check_config(config)
+        self.strategy = distribute.make_strategy(c.strategy)  # First; see the module docstring.
+        self.worker = 0
+        if not distribute.is_chief(self.strategy):  # Own episodes, logs and checkpoints.
+            task = self.strategy.cluster_resolver
+            logdir = pathlib.Path(logdir) / f"{task.task_type}_{task.task_id}"
+            self.worker = 1 + task.task_id
+        self.run = Run(logdir, c, read_only=read_only, say=say)
+        self.logdir = self.run.logdir
+        tf.config.experimental.enable_op_determinism()
+        size = (c.env.image_size, c.env.image_size)
+        make = lambda: envs.make(c.task, obs_type=c.obs_type, seed=0,  # noqa: E731
+                                 action_repeat=c.env.action_repeat, size=size,
+                                 episode_length=c.env.episode_length)
+        env, eval_env = make(), make()  # Reseeded before every episode.
+        obs_shape = env.observation_spec()[next(iter(env.observation_spec()))].shape
+        action_size = env.action_spec().shape[0]
+        self.replay = EpisodeReplay(self.run.episodes_dir(), read_only=read_only)
+        tf.keras.utils.set_random_seed(seeds.int_seed(c.seed, "weights"))
+        self.model = WorldModel(c, obs_shape, action_size, strategy=self.strategy)
+        with self.strategy.scope():
+            counter = lambda name: tf.Variable(0, dtype=tf.int64, trainable=False,  # noqa: E731
+                                               name=name)
+            self.updates = counter("updates")
+            self.nonfinite = counter("nonfinite")
+            self.nonfinite_in_a_row = counter("nonfinite_in_a_row")
+        self.checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.model.optimizer, updates=self.updates,
+            nonfinite=self.nonfinite, nonfinite_in_a_row=self.nonfinite_in_a_row)
+        if not read_only:
+            self.run.discard_uncommitted(self.replay.num_episodes)
+        self.restored = self.run.restore(self.checkpoint, self.state_variables(),
+                                         at_most=self.replay.num_episodes)
+        if read_only and require_checkpoint and self.restored is None:
+            raise RunError(f"no checkpoint in {self.logdir / 'checkpoints'}: train the run first")
+        self.collector = Collector(c.seed, self.worker, env, eval_env, self.model, c.planner)
 
-    def _distribution(self, time_step, policy_state):
-        raise NotImplementedError("PlannerPolicy is deterministic given a seed; use action().")
+    def state_variables(self):
+        """Every variable a checkpoint holds (model, optimizer, counters), each once."""
+        variables = {id(v): v for v in (list(self.model.variables)
+                                        + list(self.model.optimizer.variables)
+                                        + [self.updates, self.nonfinite,
+                                           self.nonfinite_in_a_row])}
+        return list(variables.values())
 
-    def _action(self, time_step, policy_state, seed):
-        wm, cfg = self._world_model, self._planner
-        if seed is None:
-            seed = tf.identity(self._seed_base)
-            self._seed_base.assign_add([0, 1])
-        seed = tf.random.experimental.stateless_split(_as_seed(seed), 3)
-        obs = wm.observation(time_step.observation[self._obs_key][:, None])
-        embed = wm.encoder(obs)[:, 0]
-        prev = {k: v for k, v in policy_state.items() if k != "action"}
-        filter_seed, weight_seed = tf.unstack(tf.random.experimental.stateless_split(seed[0], 2))
-        with fixed_noise(wm.rssm, weight_seed):  # The filtering step's weight draw is seeded too.
-            post, _ = wm.rssm.obs_step(prev, policy_state["action"], embed, filter_seed)
-        batch = time_step.observation[self._obs_key].shape[0]
-        sample_seeds = tf.random.experimental.stateless_split(seed[1], cfg.weight_samples)
+    def save_checkpoint(self, number):
+        """Writes checkpoint ``number`` of the agent's state (`Run.save_checkpoint`)."""
+        self.run.save_checkpoint(number, self.checkpoint, self.state_variables())
 
-        def objective(actions):
-            returns = imagined_returns(wm, post, actions, sample_seeds)
-            return uncertainty_aware_score(returns, cfg.beta)
+    def begin_episode(self, index):
+        """Sets the layers' per-call noise counters from the stream ``layer_counter(index)``.
 
-        plan = cross_entropy_method(
-            objective, horizon=cfg.horizon, action_dim=wm.action_size,
-            action_low=self._low, action_high=self._high, num_candidates=cfg.candidates,
-            top_k=cfg.top_k, iterations=cfg.iterations, seed=seed[2], batch_shape=(batch,))
-        action = plan[:, 0]
-        if self._noise:
-            action += self._noise * tf.random.stateless_normal(
-                tf.shape(action), tf.random.experimental.stateless_fold_in(seed[2], 1))
-        action = tf.clip_by_value(action, self._low, self._high)
-        new_state = dict(post, action=action)
-        return policy_step.PolicyStep(action, new_state, ())
+        Bayesian and output layers count their calls (noise drawn outside `fixed_noise`); the
+        counters are checkpointed. Starting every episode's work (training phase, collection,
+        evaluation) from counters that depend only on the episode index makes the state after
+        episode ``index`` the same whether or not earlier episodes were collected in this
+        process (a resume redoes their updates without collecting).
+        """
+        value = seeds.int_seed(self.config.seed, "layer_counter", index) % 2**30
+        for variable in self.model.variables:
+            if "seed_counter" in variable.name:
+                variable.assign(np.asarray(value, variable.dtype.as_numpy_dtype))
 
-
-def _as_seed(seed):
-    """An int or a ``[2]`` tensor → a stateless ``[2]`` int32 seed."""
-    if isinstance(seed, int):
-        return tf.constant([seed, 0], tf.int32)
-    return tf.cast(seed, tf.int32)
-
-
-def random_policy(time_step_spec, action_spec, seed=None):
-    """TF-Agents' uniform random policy (seed episodes)."""
-    from tf_agents.policies import random_tf_policy
-
-    return random_tf_policy.RandomTFPolicy(time_step_spec, action_spec, seed=seed)
-
-
+    def close(self):
+        """Releases the run directory (`Run.close`)."""
+        self.run.close()

@@ -28,13 +28,14 @@ def _demo(args):
     _startup.quiet_import("tensorflow")
     from bayes_planet import demo
 
-    demo.run(epochs=args.epochs, samples=args.samples, seed=args.seed)
+    demo.main(epochs=args.epochs, samples=args.samples, seed=args.seed)
 
 
 def _train(args):
     from bayes_planet import config as config_lib
+    from bayes_planet import yaml_config
 
-    presets = config_lib.parse_presets(args.preset)
+    presets = yaml_config.parse_presets(args.preset)
     overrides = list(args.set or [])
     if args.task:
         overrides.insert(0, f"task={args.task}")
@@ -44,7 +45,7 @@ def _train(args):
     from bayes_planet.training import Trainer
 
     trainer = Trainer(config, args.logdir)
-    records = trainer.run(progress=not args.quiet)
+    records = trainer.loop(progress=not args.quiet)
     evals = [r["eval_return"] for r in records if r.get("eval_return") is not None]
     print(f"done: {len(records)} episodes, {records[-1]['env_steps']} env steps, "
           f"last eval return {evals[-1] if evals else float('nan'):.1f}; logdir {args.logdir}")
@@ -55,23 +56,24 @@ def _eval(args):
     import numpy as np
 
     from bayes_planet import envs
-    from bayes_planet.run import Run
+    from bayes_planet.agent import Agent
 
     if args.video and not args.out:
         raise ValueError("eval --video needs --out DIR (eval never writes into the run). "
                          "Received: --out=None")
-    run = Run(args.logdir, read_only=True)
+    agent = Agent(args.logdir, read_only=True)
+    collector = agent.collector
     returns = []
     for i in range(args.episodes):
-        policy = run.policy("eval", 2**30, i)
-        episode, frames = run.collect(policy, "cli_eval_env", i, evaluation=True,
-                                      render=args.video)
+        policy = collector.policy("eval", i, stream="cli_eval_policy")
+        episode, frames = collector.collect(policy, "cli_eval_env", i, evaluation=True,
+                                            render=args.video)
         returns.append(float(episode["reward"].sum()))
         if args.video:
             out = pathlib.Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             envs.write_video(np.stack(frames), out / f"eval_cli_{i}.mp4", fps=20)
-    print(f"eval over {args.episodes} episodes (checkpoint {run.restored}): return "
+    print(f"eval over {args.episodes} episodes (checkpoint {agent.restored}): return "
           f"{np.mean(returns):.1f} ± {np.std(returns):.1f} "
           f"({', '.join(f'{r:.1f}' for r in returns)})")
 
@@ -81,7 +83,7 @@ def _probe(args):
     from bayes_planet import probes
 
     horizons = [int(h) for h in args.horizons.split(",") if h.strip()]
-    probes.run_probe(args.logdir, episodes=args.episodes, out=args.out,
+    probes.probe_run(args.logdir, episodes=args.episodes, out=args.out,
                      train_episodes=args.train_episodes, train_source=args.train_source,
                      test_episodes=args.test_episodes, context=args.context, horizons=horizons,
                      latent=args.latent, weights=args.weights, seed=args.seed)

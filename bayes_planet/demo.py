@@ -13,7 +13,7 @@ import numpy as np
 from bayes_planet._keras import keras, tf
 from bayes_planet.layers import Conv2DFlipout, DenseFlipout, set_dataset_size
 
-__all__ = ["build_cnn", "load_digits_split", "predictive", "run"]
+__all__ = ["build_cnn", "load_digits_split", "main", "predictive"]
 
 
 def load_digits_split(seed=0, test_fraction=0.2):
@@ -55,7 +55,7 @@ def predictive(model, x, samples=20):
     return probs.numpy(), entropy.numpy()
 
 
-def run(epochs=20, samples=20, seed=0):
+def main(epochs=20, samples=20, seed=0):
     """Trains the deterministic and the Bayesian CNN; prints and returns their metrics."""
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed)
     noisy = np.clip(x_test + np.random.default_rng(seed).normal(0, 0.5, x_test.shape), 0, 1)
@@ -84,4 +84,4 @@ def run(epochs=20, samples=20, seed=0):
 
 
 if __name__ == "__main__":
-    run()
+    main()

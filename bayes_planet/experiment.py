@@ -11,7 +11,7 @@ import json
 import pathlib
 import time
 
-from bayes_planet import config as config_lib
+from bayes_planet import yaml_config
 
 __all__ = ["example_main"]
 
@@ -28,19 +28,19 @@ def example_main(argv, doc, config_path, examples, default_preset, hide=()):
       hide: result keys left out of the printed summary (e.g. long histories).
     """
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
-    config_lib.add_preset_argument(
+    yaml_config.add_preset_argument(
         parser, default=[default_preset],
         help=f"presets from {pathlib.Path(config_path).name}, merged in order (a,b or a b)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="override config keys (dotted paths)")
     parser.add_argument("--out", required=True, help="output directory")
     args = parser.parse_args(argv)
-    presets = config_lib.presets_from(args)
-    config = config_lib.load_dict(config_path, presets, args.set)
+    presets = yaml_config.presets_from(args)
+    config = yaml_config.load_dict(config_path, presets, args.set)
     if config["example"] not in examples:
         raise ValueError(f"Unknown example {config['example']!r}; expected {sorted(examples)}")
     out_dir = pathlib.Path(args.out)
-    config_lib.save_dict(config, out_dir)
+    yaml_config.save_dict(config, out_dir)
 
     import tensorflow as tf
 

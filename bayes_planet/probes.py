@@ -4,7 +4,7 @@ Paper Fig. 11 (Tran et al., 2019): fit simple regressors from the latent state t
 true physical quantities and report their R² on held-out episodes. The claim to test is
 that a Bayesian world model's latent codes carry more information about velocities.
 
-``bayes-planet probe --logdir runs/x`` (`run_probe`):
+``bayes-planet probe --logdir runs/x`` (`probe_run`):
 
 * **Data.** Probe *training* episodes are the run's replay episodes (every episode stores
   ``physics`` = ``physics.get_state()`` = ``[qpos, qvel, act]`` of each observation), the
@@ -50,18 +50,21 @@ import warnings
 
 import numpy as np
 
+from bayes_planet import seeds
+
 __all__ = [
     "encode_closed_loop",
     "encode_open_loop",
     "fit_probes",
     "load_episodes",
     "physics_names",
-    "run_probe",
+    "probe_run",
 ]
 
 GROUPS = ("position", "velocity", "task")
 WEIGHTS = ("per_episode", "shared", "mean")
-_SHARED_WEIGHT_SEED = 7_919  # Second half of the shared weight sample's seed (seed, this).
+# The parts of a probe whose latents are encoded: the index of the ``probe_latent`` stream.
+_PARTS = {"train": 0, "test": 1, "plot": 2}
 
 
 # ---------------------------------------------------------------- probes (numpy / sklearn)
@@ -268,19 +271,26 @@ def _save_episodes(episodes, directory):
         np.savez_compressed(directory / f"{i:06d}-{len(episode['action'])}.npz", **episode)
 
 
-def _collect(run, count, stream, evaluation):
-    """``count`` episodes of the eval policy, seeded by the named streams ``stream(i)``."""
+def _collect(collector, count, part, evaluation):
+    """``count`` episodes of the eval policy: the policy from the stream
+    ``probe_<part>_policy(w, i)``, the environment from ``probe_<part>_env(w, i)``."""
     episodes = []
     for i in range(count):
-        policy = run.policy("eval", 2**30 + (1 if evaluation else 0), i)
-        episode, _ = run.collect(policy, stream, i, evaluation=evaluation)
+        policy = collector.policy("eval", i, stream=f"probe_{part}_policy")
+        episode, _ = collector.collect(policy, f"probe_{part}_env", i, evaluation=evaluation)
         episodes.append(episode)
     return episodes
 
 
-def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent, seed,
+def _latent_seed(seed, part, episode, loop):
+    """The stream ``probe_latent(part, episode, loop)``: latent (and, per episode, weight)
+    noise of encoding an episode; ``loop`` 0 is closed loop, 1 open loop."""
+    return seeds.pair(seed, "probe_latent", _PARTS[part], episode, loop)
+
+
+def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent, seed, part,
            weight_seed=None):
-    """Closed- and open-loop features with their targets over a list of episodes."""
+    """Closed- and open-loop features with their targets over the episodes of ``part``."""
     closed_x, closed_y = [], []
     open_x = {h: [] for h in horizons}
     open_y = {h: [] for h in horizons}
@@ -289,10 +299,12 @@ def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent,
             raise ValueError("Expected episodes with the true 'physics' state. Received keys "
                              f"{sorted(episode)}")
         targets = _targets(episode, nq, nv, with_obs)
-        closed_x.append(encode_closed_loop(model, episode, (seed, 2 * i), latent, weight_seed))
+        closed_x.append(encode_closed_loop(model, episode, _latent_seed(seed, part, i, 0),
+                                           latent, weight_seed))
         closed_y.append(targets)
-        feats, index = encode_open_loop(model, episode, context, horizons, (seed, 2 * i + 1),
-                                        latent, stride, weight_seed)
+        feats, index = encode_open_loop(model, episode, context, horizons,
+                                        _latent_seed(seed, part, i, 1), latent, stride,
+                                        weight_seed)
         for h in horizons:
             if feats[h] is not None:
                 open_x[h].append(feats[h])
@@ -303,7 +315,7 @@ def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent,
 
 
 # ---------------------------------------------------------------- the command
-def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="replay",
+def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="replay",
               test_episodes=None, context=5, horizons=(1, 5, 10, 20), stride=1, latent="mean",
               weights="per_episode", mlp_hidden=(64,), alpha=1.0, seed=0, verbose=True):
     """Probes a trained run; writes ``probe.json`` and ``probe_velocity.png``; returns the report.
@@ -322,10 +334,12 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
       latent: ``'mean'`` or ``'sample'`` for ``z``.
       weights: ``'per_episode'``/``'shared'`` weight samples or the posterior ``'mean'``
         (see the module docstring).
-      mlp_hidden, alpha, seed: probe settings (see `fit_probes`).
+      mlp_hidden, alpha: probe settings (see `fit_probes`).
+      seed: the probe's own seed (not the run's): its episodes, latent noise, shared weight
+        sample and MLP come from named streams of it (`bayes_planet.seeds`).
     """
+    from bayes_planet.agent import Agent
     from bayes_planet.layers import posterior_mean
-    from bayes_planet.run import Run
 
     logdir = pathlib.Path(logdir)
     out = pathlib.Path(out) if out else logdir / "probe"
@@ -336,20 +350,20 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     if int(episodes) < 1:
         raise ValueError(f"Expected a positive integer. Received: episodes={episodes}")
     horizons = sorted({int(h) for h in horizons})
-    trainer = Run(logdir, read_only=True)  # Reads the run; writes only to `out`.
-    config = trainer.config
+    agent = Agent(logdir, read_only=True)  # Reads the run; writes only to `out`.
+    config, collector, model = agent.config, agent.collector, agent.model
     say = print if verbose else (lambda *a, **k: None)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ValueError(f"cannot write the probe's output to {str(out)!r} ({e.strerror}); "
                          "pass --out DIR") from None
-    physics = trainer.env.physics
+    physics = collector.env.physics
     nq, nv = int(physics.model.nq), int(physics.model.nv)
-    names, groups = _quantities(trainer.env, config.obs_type)
+    names, groups = _quantities(collector.env, config.obs_type)
     with_obs = config.obs_type == "state"
 
-    replay = [e for e in trainer.replay.episodes() if "physics" in e]
+    replay = [e for e in agent.replay.episodes() if "physics" in e]
     if train_source == "replay" and not replay:
         say("probe: the replay has no 'physics' (recorded before it was stored); "
             "collecting fresh training episodes")
@@ -357,38 +371,39 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     if train_source == "replay":
         train = replay[-(train_episodes or 100):]
     else:
-        train = _collect(trainer, train_episodes or 20, "probe_train_env", evaluation=False)
+        train = _collect(collector, train_episodes or 20, "train", evaluation=False)
     test = load_episodes(test_episodes) if test_episodes else []
     test_from = str(test_episodes) if test else "fresh"
     if not test:
-        test = _collect(trainer, int(episodes), "probe_test_env", evaluation=True)
+        test = _collect(collector, int(episodes), "test", evaluation=True)
         _save_episodes(test, out / "test_episodes")
         if test_episodes:
             _save_episodes(test, test_episodes)
     for episode in train + test:
         shape = np.shape(episode.get("physics", ()))[1:]
-        if episode["obs"].shape[1:] != trainer.model.obs_shape or shape[:1] < (nq + nv,):
+        if episode["obs"].shape[1:] != model.obs_shape or shape[:1] < (nq + nv,):
             raise ValueError(
                 f"Expected episodes of {config.task} ({config.obs_type}: obs "
-                f"{trainer.model.obs_shape}, physics [T+1, >= {nq + nv}]). Received: obs "
+                f"{model.obs_shape}, physics [T+1, >= {nq + nv}]). Received: obs "
                 f"{episode['obs'].shape[1:]}, physics {shape} (from {test_from})")
     say(f"probe: {len(train)} train episodes ({train_source}), {len(test)} test episodes "
         f"({test_from}); encoding")
 
     args = (nq, nv, with_obs, context, horizons, stride, latent)
-    weight_seed = (seed, _SHARED_WEIGHT_SEED) if weights == "shared" else None
-    mode = posterior_mean(trainer.model) if weights == "mean" else contextlib.nullcontext()
+    weight_seed = seeds.pair(seed, "probe_shared_weights") if weights == "shared" else None
+    mode = posterior_mean(model) if weights == "mean" else contextlib.nullcontext()
     with mode:
-        (cx, cy), open_train = _stack(trainer.model, train, *args, seed=seed,
+        (cx, cy), open_train = _stack(model, train, *args, seed=seed, part="train",
                                       weight_seed=weight_seed)
-        (tx, ty), open_test = _stack(trainer.model, test, *args, seed=seed + 1,
+        (tx, ty), open_test = _stack(model, test, *args, seed=seed, part="test",
                                      weight_seed=weight_seed)
-    fit = dict(names=names, groups=groups, mlp_hidden=mlp_hidden, alpha=alpha, seed=seed)
+    fit = dict(names=names, groups=groups, mlp_hidden=mlp_hidden, alpha=alpha,
+               seed=seeds.int_seed(seed, "probe_mlp"))
     closed, closed_probes = fit_probes(cx, cy, tx, ty, **fit)
     report = {
         "logdir": str(logdir), "task": config.task, "obs_type": config.obs_type,
         "estimator": config.model.estimator, "seed": config.seed,
-        "updates": int(trainer.updates.numpy()),
+        "updates": int(agent.updates.numpy()),
         "train_source": train_source, "train_episodes": len(train), "train_samples": len(cx),
         "test_source": test_from, "test_episodes": len(test), "test_samples": len(tx),
         "latent": latent, "weights": weights, "context": context, "horizons": horizons, "stride": stride,
@@ -403,8 +418,8 @@ def run_probe(logdir, episodes=5, out=None, train_episodes=None, train_source="r
         report["open_loop"][str(h)], open_probes[h] = fit_probes(ax, ay, bx, by, **fit)
     out.mkdir(parents=True, exist_ok=True)
     (out / "probe.json").write_text(json.dumps(report, indent=1))
-    with posterior_mean(trainer.model) if weights == "mean" else contextlib.nullcontext():
-        _plot_velocity(trainer.model, test[0], names, groups, closed_probes, open_probes,
+    with posterior_mean(model) if weights == "mean" else contextlib.nullcontext():
+        _plot_velocity(model, test[0], names, groups, closed_probes, open_probes,
                        (nq, nv, with_obs, context, latent, seed, weight_seed),
                        out / "probe_velocity.png")
     say(summary(report))
@@ -435,7 +450,8 @@ def _plot_velocity(model, episode, names, groups, closed_probes, open_probes, se
 
     nq, nv, with_obs, context, latent, seed, weight_seed = settings
     truth = _targets(episode, nq, nv, with_obs)
-    feats = encode_closed_loop(model, episode, (seed + 2, 0), latent, weight_seed)
+    feats = encode_closed_loop(model, episode, _latent_seed(seed, "plot", 0, 0), latent,
+                               weight_seed)
     columns = [i for i, n in enumerate(names) if groups[n] == "velocity"]
     horizon = sorted(open_probes)[len(open_probes) // 2] if open_probes else None
     fig, axes = plt.subplots(len(columns), 1, figsize=(9, 2.4 * len(columns)), squeeze=False,
@@ -448,7 +464,7 @@ def _plot_velocity(model, episode, names, groups, closed_probes, open_probes, se
             ax.plot(steps, pred, style, lw=1, label=f"{key} (closed loop)")
         if horizon is not None:
             open_feats, index = encode_open_loop(model, episode, context, [horizon],
-                                                 (seed + 2, 1), latent,
+                                                 _latent_seed(seed, "plot", 0, 1), latent,
                                                  weight_seed=weight_seed)
             if open_feats[horizon] is not None:
                 pred = open_probes[horizon]["ridge"].predict(open_feats[horizon])

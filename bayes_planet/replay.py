@@ -26,7 +26,8 @@ Example::
     batch = replay.sample(50, 50, rng)      # {'image': uint8 [50, 50, 64, 64, 3], ...}
 
 One process writes a directory at a time (readers in other processes are fine); the class is not
-thread-safe. Numpy only: it imports no TensorFlow.
+thread-safe. :class:`EpisodeRecorder` turns the steps of a TF-Agents driver into episodes of this
+layout. Numpy only: it imports no TensorFlow (nor TF-Agents).
 """
 
 import numbers
@@ -36,7 +37,7 @@ import zipfile
 
 import numpy as np
 
-__all__ = ["EpisodeReplay"]
+__all__ = ["EpisodeRecorder", "EpisodeReplay"]
 
 _EPISODE_FILE = re.compile(r"^(\d{6,})-(\d+)\.npz$")
 _TEMP_FILE = re.compile(r"^\.(\d{6,})-(\d+)\.npz\.tmp\.(\d+)$")
@@ -405,3 +406,56 @@ def _write_npz(file, arrays):
         for key, array in arrays.items():
             with zf.open(key + ".npy", mode="w", force_zip64=True) as member:
                 np.lib.format.write_array(member, array, allow_pickle=False)
+
+
+class EpisodeRecorder:
+    """TF-Agents observer turning trajectories into replay episodes.
+
+    Converts TF-Agents' ``(o_t, a_t, r_{t+1})`` trajectories to the replay layout
+    where ``action[t]``/``reward[t]`` are the action that led to ``o_t`` and the
+    reward received on arriving there (both 0 at ``t = 0``). With ``info_fn`` it also
+    stores the true physics state of every observation as ``physics`` (for latent
+    probes); optionally renders a frame per step for videos.
+    """
+
+    def __init__(self, obs_key, action_size, render_fn=None, info_fn=None):
+        self.obs_key, self.action_size, self.render_fn = obs_key, action_size, render_fn
+        self.info_fn = info_fn
+        self.episodes = []
+        self._reset()
+
+    def _reset(self):
+        self.obs, self.action, self.reward, self.frames, self.physics = [], [], [], [], []
+
+    def start(self):
+        """Call after the environment reset: records the first observation's state."""
+        if self.info_fn is not None:
+            self._first_physics = _physics(self.info_fn())
+
+    def __call__(self, traj):
+        if traj.is_first():
+            self._reset()
+            self.action.append(np.zeros(self.action_size, np.float32))
+            self.reward.append(np.float32(0.0))
+            if self.info_fn is not None:
+                self.physics.append(self._first_physics)
+        self.obs.append(np.asarray(traj.observation[self.obs_key]))
+        if self.render_fn is not None:
+            self.frames.append(self.render_fn())
+        if traj.is_last():
+            episode = {"obs": np.stack(self.obs), "action": np.stack(self.action),
+                       "reward": np.asarray(self.reward, np.float32)}
+            if self.info_fn is not None:
+                episode["physics"] = np.stack(self.physics)
+            self.episodes.append((episode, self.frames))
+            self._reset()
+        else:
+            self.action.append(np.asarray(traj.action, np.float32))
+            self.reward.append(np.float32(traj.reward))
+            if self.info_fn is not None:  # The env already stepped: this is o_{t+1}'s state.
+                self.physics.append(_physics(self.info_fn()))
+
+
+def _physics(info):
+    """The flat true physics state (qpos, qvel, act) from an env info dict."""
+    return np.asarray(info["physics_state"], np.float64)

@@ -8,8 +8,9 @@ Graphical model (Hafner et al., 2018, Fig. 2c), for t = 1..T::
 
 Bayesian PlaNet (Tran et al., 2019, Sec. 3.2) makes the transition function's
 feed-forward layers — ``f`` and the prior network — Bayesian: their weights carry
-a posterior and a KL term (``self.losses``). The estimator is a constructor
-argument (``'deterministic'`` gives PlaNet). The GRU cell can be Bayesian too.
+a posterior and a KL term (``self.losses``). The estimator is a key of the ``model``
+config section the RSSM is built from (``'deterministic'`` gives PlaNet). The GRU cell can
+be Bayesian too.
 
 Weight sampling: `observe` and `imagine` hold one weight sample fixed over the
 whole rollout (`bayes_planet.layers.fixed_noise` with the rollout's seed), so
@@ -20,6 +21,8 @@ filter and imagine with the same model sample, or to encode many sequences with 
 States are dicts ``{mean, std, stoch, deter}`` of shape ``[*batch, size]``;
 `observe`/`imagine` accept any number of leading batch dims before time.
 """
+
+import functools
 
 import tensorflow as tf
 import tensorflow_probability as tfp
@@ -62,27 +65,28 @@ def make_weight_prior(kind, stddev):
                      f"Received: weight_prior={kind!r}")
 
 
-def dense_factory(estimator, prior_stddev=None, seed=0, prior=None):
-    """A ``(units, activation, name) -> layer`` factory for the chosen estimator; a prior
-    argument left as None takes the ``model`` default of ``bayes_planet/configs.yaml``."""
-    from bayes_planet.config import model_defaults
+def dense_factory(estimator, make_prior=None, seed=0):
+    """A ``(units, activation, name) -> layer`` factory for the chosen estimator.
 
-    defaults = model_defaults()
-    prior = defaults["weight_prior"] if prior is None else prior
-    prior_stddev = defaults["weight_prior_stddev"] if prior_stddev is None else prior_stddev
+    Bayesian layers get ``make_prior()`` (e.g. a `make_weight_prior`) as kernel regularizer
+    and a noise seed from the stream ``layer_noise(layer)`` of ``seed``.
+    """
     if estimator not in ESTIMATORS:
         raise ValueError(f"Unknown estimator. Expected one of {sorted(ESTIMATORS)}. "
                          f"Received: estimator={estimator!r}")
     cls = ESTIMATORS[estimator]
     if cls is not None:
-        make_weight_prior(prior, prior_stddev)  # validates before any layer is made
+        if make_prior is None:
+            raise ValueError(f"Expected a weight prior (make_prior) for estimator={estimator!r}. "
+                             "Received: make_prior=None")
+        make_prior()  # validates before any layer is made
 
     def make(units, activation=None, name=None):
         if cls is None:
             return keras.layers.Dense(units, activation, name=name)
         return cls(units, activation=activation, name=name,
                    seed=seeds.int_seed(seed, "layer_noise", _layer_index(name)),
-                   kernel_regularizer=make_weight_prior(prior, prior_stddev))
+                   kernel_regularizer=make_prior())
 
     return make
 
@@ -90,50 +94,37 @@ def dense_factory(estimator, prior_stddev=None, seed=0, prior=None):
 class RSSM(keras.layers.Layer):
     """PlaNet's RSSM; see the module docstring.
 
-    Every argument left as None takes the ``model`` default of ``bayes_planet/configs.yaml``
-    (the one place the defaults are written).
-
     Args:
-      deter: GRU state size (PlaNet 200).
-      stoch: Gaussian latent size (PlaNet 30).
-      hidden: hidden units of the transition/prior/posterior networks (200).
-      min_stddev: lower bound added to the latent standard deviations (0.1).
-      estimator: transition layers' estimator, one of `ESTIMATORS`.
-      bayesian_gru: if True (and the estimator is not deterministic), the GRU cell
-        is `bayes_planet.layers.GRUCellReparameterization`/`GRUCellFlipout`; there is no
-        local-reparameterization cell, so that combination raises a ValueError.
-      weight_prior_stddev: s, the stddev of the N(0, s²) weight prior (the scale
-        mixture's slab).
-      weight_prior: ``'normal'`` or ``'scale_mixture'`` (see `make_weight_prior`).
+      model: the ``model`` config section (`bayes_planet.config`; a `Config` or a mapping
+        with its keys; ``bayes_planet/configs.yaml`` documents the defaults). The RSSM reads:
+        ``deter`` (GRU state size, PlaNet 200), ``stoch`` (Gaussian latent size, 30),
+        ``hidden`` (units of the transition/prior/posterior networks, 200), ``min_stddev``
+        (added to the latent standard deviations, 0.1), ``estimator`` (the transition
+        layers' estimator, one of `ESTIMATORS`), ``bayesian_gru`` (if True and the
+        estimator is not deterministic, the GRU cell is
+        `bayes_planet.layers.GRUCellReparameterization`/`GRUCellFlipout`; there is no
+        local-reparameterization cell, so that combination raises a ValueError),
+        ``weight_prior`` (``'normal'`` or ``'scale_mixture'``, see `make_weight_prior`) and
+        ``weight_prior_stddev`` (s, the N(0, s²) prior's stddev, the scale mixture's slab).
       seed: seeds the Bayesian layers' noise (one seed per layer derived from it).
     """
 
-    def __init__(self, deter=None, stoch=None, hidden=None, min_stddev=None,
-                 estimator=None, bayesian_gru=None, weight_prior_stddev=None,
-                 seed=0, weight_prior=None, **kwargs):
+    def __init__(self, model, seed=0, **kwargs):
         super().__init__(**kwargs)
-        from bayes_planet.config import model_defaults
-
-        given = dict(deter=deter, stoch=stoch, hidden=hidden, min_stddev=min_stddev,
-                     estimator=estimator, bayesian_gru=bayesian_gru,
-                     weight_prior_stddev=weight_prior_stddev, weight_prior=weight_prior)
-        defaults = model_defaults()
-        args = {k: defaults[k] if v is None else v for k, v in given.items()}
-        deter, stoch, hidden = args["deter"], args["stoch"], args["hidden"]
-        min_stddev, estimator = args["min_stddev"], args["estimator"]
-        bayesian_gru, weight_prior_stddev = args["bayesian_gru"], args["weight_prior_stddev"]
-        prior = args["weight_prior"]
+        deter, stoch, hidden = model["deter"], model["stoch"], model["hidden"]
+        estimator, bayesian_gru = model["estimator"], model["bayesian_gru"]
+        prior = functools.partial(make_weight_prior, model["weight_prior"],
+                                  model["weight_prior_stddev"])
         if bayesian_gru and estimator == "local_reparameterization":
             raise ValueError("Expected estimator 'reparameterization' or 'flipout' with "
                              "bayesian_gru=True (there is no local-reparameterization GRU "
                              "cell). Received: estimator='local_reparameterization'")
-        self.deter_size, self.stoch_size, self.min_stddev = deter, stoch, min_stddev
-        self.estimator = estimator
-        bayes = dense_factory(estimator, weight_prior_stddev, seed, prior)
+        self.deter_size, self.stoch_size = deter, stoch
+        self.min_stddev, self.estimator = model["min_stddev"], estimator
+        bayes = dense_factory(estimator, prior, seed)
         plain = dense_factory("deterministic")
         self.transition_in = bayes(hidden, "relu", "transition_in")
-        self.cell = self._make_cell(deter, estimator, bayesian_gru, seed,
-                                    lambda: make_weight_prior(prior, weight_prior_stddev))
+        self.cell = self._make_cell(deter, estimator, bayesian_gru, seed, prior)
         self.prior_hidden = bayes(hidden, "relu", "prior_hidden")
         self.prior_stats = bayes(2 * stoch, None, "prior_stats")
         self.post_hidden = plain(hidden, "relu", "posterior_hidden")
@@ -258,8 +249,9 @@ _LAYERS = ("transition_in", "prior_hidden", "prior_stats", "gru")
 
 
 def _layer_index(name):
-    """A stable index of a transition layer in the ``layer_noise`` stream."""
-    return _LAYERS.index(name) if name in _LAYERS else len(_LAYERS) + sum(map(ord, name or ""))
+    """A stable index of a transition layer in the ``layer_noise`` stream: the RSSM's own
+    layers by position, any other name by `seeds.name_index` (distinct for distinct names)."""
+    return _LAYERS.index(name) if name in _LAYERS else len(_LAYERS) + seeds.name_index(name or "")
 
 
 def _split_weight_seed(seed, weight_seed):

@@ -1,8 +1,8 @@
-"""One owner of a run directory: validation, lock, config, checkpoints, metrics, environments.
+"""A run directory: its writer lock, config, checkpoints and metrics (the storage of a run).
 
 ``Run(logdir, config)`` opens a run for writing (`bayes-planet train`);
-``Run(logdir, read_only=True)`` opens it for reading (`eval`, `probe`, experiment scripts). The
-layout::
+``Run(logdir, read_config(logdir), read_only=True)`` for reading (`eval`, `probe`, experiment
+scripts). `bayes_planet.agent.Agent` opens the `Run` and assembles what lives in it. The layout::
 
     <logdir>/config.yaml        the merged config, written atomically (tmp file + os.replace)
     <logdir>/.lock              held (fcntl.flock) by the one writer; holds its pid
@@ -11,25 +11,26 @@ layout::
     <logdir>/metrics.jsonl      one JSON row per collected episode (valid JSON, no NaN)
     <logdir>/events.*, videos/, learning_curve.png
 
-Guarantees (what a writer does when it opens, in this order):
+Guarantees (what a writer does when it opens, in this order; `Agent` validates the whole
+config, types, ranges and the task, before it opens the `Run`):
 
-* the whole config is validated (types, ranges, the task) before anything is written; every user
-  error is a one-line `RunError` naming the key or path and the received value;
 * an exclusive lock: a second writer on the same logdir gets `RunLockedError` and writes nothing;
-* the config is written atomically, or compared with the one on disk (a different one is refused);
+* the config is written atomically, or compared with the one on disk (a different one is refused;
+  a ``config.yaml`` of an older layout is migrated when read, `bayes_planet.config.read`);
 * left-over temporary files of killed writers are deleted;
-* work that was not committed is discarded: an episode is committed when its file is in
-  ``episodes/``; before that the run writes its checkpoint (if due) and its metrics row, so a
-  checkpoint numbered beyond the episodes on disk, and metrics rows beyond them, are removed
-  and the episode is redone (identically: every random stream is named, `bayes_planet.seeds`);
-* the latest *readable and finite* checkpoint is restored; an unreadable one is reported and an
-  older one used. Checkpoints are written once (to a temporary folder renamed into place), never
-  rewritten, numbered by the episodes collected, and never hold non-finite values.
+* work that was not committed is discarded (`discard_uncommitted`): an episode is committed when
+  its file is in ``episodes/``; before that the run writes its checkpoint (if due) and its
+  metrics row, so a checkpoint numbered beyond the episodes on disk, and metrics rows beyond
+  them, are removed and the episode is redone (identically: every random stream is named,
+  `bayes_planet.seeds`);
+* the latest *readable and finite* checkpoint is restored (`restore`); an unreadable one is
+  reported and an older one used. Checkpoints are written once (to a temporary folder renamed
+  into place), never rewritten, numbered by the episodes collected, and never hold non-finite
+  values.
 
+Every user error is a one-line `RunError` naming the key or path and the received value.
 Readers never write into the run directory (no lock file, no TensorBoard writer, no cleanup).
-
-Fault injection for tests: ``BAYES_PLANET_FAULT=name[:n]`` SIGKILLs the process the ``n``-th time
-(default 1st) it reaches the point ``name`` (see `fault_point`).
+Crash points for the tests: `bayes_planet.faults`.
 """
 
 import fcntl
@@ -39,33 +40,27 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import sys
 
 import numpy as np
 
 from bayes_planet import config as config_lib
-from bayes_planet import seeds
+from bayes_planet import yaml_config
+from bayes_planet.faults import fault_armed, fault_point
 from bayes_planet.replay import fsync_path
 
 __all__ = [
-    "FAULT_POINTS",
     "NonFiniteError",
     "Run",
     "RunError",
     "RunLockedError",
-    "fault_point",
     "json_row",
+    "read_config",
     "read_metrics",
 ]
 
-FAULT_ENV = "BAYES_PLANET_FAULT"
-#: The named points where `fault_point` can kill the process.
-FAULT_POINTS = ("config_write", "seed_episode", "train", "plan", "eval", "checkpoint_write",
-                "metrics_write")
 _CHECKPOINT = re.compile(r"^ckpt-(\d{6,})$")
 _KEEP_CHECKPOINTS = 2
-_fault_hits = {}
 
 
 class RunError(ValueError):
@@ -78,21 +73,6 @@ class RunLockedError(RunError):
 
 class NonFiniteError(RuntimeError):
     """Training diverged: too many updates in a row with a non-finite loss or gradient."""
-
-
-def fault_point(name):
-    """SIGKILLs this process at the ``n``-th call with ``name`` if ``BAYES_PLANET_FAULT=name:n``."""
-    spec = os.environ.get(FAULT_ENV)
-    if not spec:
-        return
-    target, _, count = spec.partition(":")
-    if target != name:
-        return
-    _fault_hits[name] = _fault_hits.get(name, 0) + 1
-    if _fault_hits[name] >= int(count or 1):
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def json_row(record):
@@ -139,9 +119,10 @@ def _atomic_write(path, text, fault=None):
     fsync_path(path.parent)
 
 
-def _as_dtype(value, dtype):
-    """``value`` as a numpy scalar of a TF dtype (for ``Variable.assign``)."""
-    return np.asarray(value, dtype.as_numpy_dtype)
+def _non_finite(variables):
+    """Names of the floating variables holding a NaN or an inf."""
+    return [v.name for v in variables
+            if v.dtype.is_floating and not np.all(np.isfinite(v.numpy()))]
 
 
 def _one_line(error):
@@ -162,66 +143,49 @@ def _diff(a, b, prefix=""):
     return "; ".join(out)
 
 
-def check_config(config):
-    """Validates an agent config completely (ranges and the task); raises a one-line `RunError`."""
+def read_config(logdir):
+    """The config of the run in ``logdir`` (``config.yaml``, migrated and validated by
+    `bayes_planet.config.read`); one-line `RunError` if there is no readable run."""
+    logdir = pathlib.Path(logdir)
+    path = logdir / "config.yaml"
+    if not logdir.is_dir():
+        raise RunError(f"no run in {logdir} (not a directory)")
+    if not path.is_file():
+        raise RunError(f"no run in {logdir} (missing {path})")
     try:
-        config_lib.validate(config)
-    except config_lib.ConfigError as e:
-        raise RunError(str(e)) from None
-    if not config.task.startswith("gym:"):
-        from bayes_planet import envs
-
-        try:
-            envs.resolve_task(config.task)
-        except ValueError as e:
-            raise RunError(_one_line(e)) from None
-    return config
+        return config_lib.read(path)
+    except (OSError, config_lib.ConfigError) as e:
+        raise RunError(f"cannot read the run's config: {_one_line(e)}") from None
 
 
 class Run:
-    """A run directory opened for writing (with a config) or reading (``read_only=True``).
+    """A run directory opened for writing (the trainer) or reading (``read_only=True``).
 
-    Builds everything the agent needs: ``strategy``, ``env``/``eval_env`` (plain environments)
-    and their TF-Agents faces ``py_env``/``py_eval_env``, ``replay`` (`EpisodeReplay`),
-    ``model`` (`WorldModel`, initial weights from the ``weights`` stream), the ``updates`` and
-    non-finite counters, ``collect_policy``/``eval_policy`` (`PlannerPolicy`), and restores the
-    latest valid checkpoint (``restored``: its episode number, or None).
+    The storage of a run, and nothing else: the writer lock, ``config.yaml``, checkpoints and
+    ``metrics.jsonl``. What lives in it (environments, replay, world model, policies) is
+    assembled by `bayes_planet.agent.Agent`, which opens its `Run` first.
 
     Args:
       logdir: the run directory.
-      config: the merged `Config` (writers); readers read ``<logdir>/config.yaml``.
-      read_only: open for reading: no lock, nothing written into ``logdir``; requires a
-        checkpoint unless ``require_checkpoint=False``.
-      require_checkpoint: readers only.
+      config: the validated `Config`: a writer writes it (or compares it with the one on
+        disk); a reader passes the one `read_config` read.
+      read_only: open for reading: no lock, nothing written into ``logdir``.
       say: where warnings go (default: stderr).
     Raises:
-      RunError: one-line user errors (bad config, logdir not a writable directory, no run,
-        a different config, no checkpoint); `RunLockedError` if another writer holds the lock.
+      RunError: one-line user errors (logdir not a writable directory, a different config);
+        `RunLockedError` if another writer holds the lock.
     """
 
-    def __init__(self, logdir, config=None, read_only=False, require_checkpoint=True, say=None):
-        self.logdir, self.read_only = pathlib.Path(logdir), bool(read_only)
+    def __init__(self, logdir, config, read_only=False, say=None):
+        self.logdir, self.config = pathlib.Path(logdir), config
+        self.read_only = bool(read_only)
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
         self._lock = None
-        if self.read_only:
-            config = self._read_config()
-        elif config is None:
-            raise RunError(f"Expected a config to open {self.logdir} for writing. Received: None")
-        self.config = check_config(config)
-        self._build(require_checkpoint)
+        self._writer = None
+        if not self.read_only:
+            self._prepare_writer()
 
     # -- opening ------------------------------------------------------------------------------
-    def _read_config(self):
-        path = self.logdir / "config.yaml"
-        if not self.logdir.is_dir():
-            raise RunError(f"no run in {self.logdir} (not a directory)")
-        if not path.is_file():
-            raise RunError(f"no run in {self.logdir} (missing {path})")
-        try:
-            return config_lib.read(path)
-        except (OSError, config_lib.ConfigError) as e:
-            raise RunError(f"cannot read the run's config: {_one_line(e)}") from None
-
     def _prepare_writer(self):
         """Creates and locks the logdir, writes or checks config.yaml, cleans temp files."""
         logdir = self.logdir
@@ -257,79 +221,24 @@ class Run:
                     f"logdir {logdir} holds a run with a different config ({diff}); "
                     "use a new --logdir or the same presets and --set values")
         else:
-            _atomic_write(path, config_lib.dump(self.config), fault="config_write")
+            _atomic_write(path, yaml_config.dump(self.config), fault="config_write")
         checkpoints = logdir / "checkpoints"
         checkpoints.mkdir(exist_ok=True)
         for temp in checkpoints.glob(".tmp-*"):
             shutil.rmtree(temp, ignore_errors=True)
 
-    def _build(self, require_checkpoint):
-        import tensorflow as tf
-        from tf_agents.environments import tf_py_environment
-
-        from bayes_planet import distribute, envs
-        from bayes_planet.agent import PlannerPolicy
-        from bayes_planet.envs.tf_agents_env import TFAgentsEnv
-        from bayes_planet.replay import EpisodeReplay
-        from bayes_planet.world_model import WorldModel
-
-        c = self.config
-        # First (a multi-worker strategy must exist before other ops); see docs/distributed.md.
-        self.strategy = distribute.make_strategy(c.strategy)
-        self.worker = 0
-        if not distribute.is_chief(self.strategy):  # Own episodes, logs and checkpoints.
-            task = self.strategy.cluster_resolver
-            self.logdir = self.logdir / f"{task.task_type}_{task.task_id}"
-            self.worker = 1 + task.task_id
-        if not self.read_only:
-            self._prepare_writer()
-        tf.config.experimental.enable_op_determinism()
-        size = (c.env.image_size, c.env.image_size)
-        make = lambda: envs.make(c.task, obs_type=c.obs_type, seed=0,  # noqa: E731
-                                 action_repeat=c.env.action_repeat, size=size,
-                                 episode_length=c.env.episode_length)
-        self.env, self.eval_env = make(), make()  # Reseeded before every episode.
-        self.py_env, self.py_eval_env = TFAgentsEnv(self.env), TFAgentsEnv(self.eval_env)
-        self.obs_key = next(iter(self.env.observation_spec()))
-        obs_shape = self.env.observation_spec()[self.obs_key].shape
-        self.action_size = self.env.action_spec().shape[0]
+    def episodes_dir(self):
+        """``<logdir>/episodes`` (a reader's must exist: `RunError` otherwise)."""
         episodes = self.logdir / "episodes"
         if self.read_only and not episodes.is_dir():
             raise RunError(f"no episodes in {self.logdir} (missing {episodes})")
-        self.replay = EpisodeReplay(episodes, read_only=self.read_only)
-        tf.keras.utils.set_random_seed(seeds.int_seed(c.seed, "weights"))
-        self.model = WorldModel(c, obs_shape, self.action_size, strategy=self.strategy)
-        with self.strategy.scope():
-            self.updates = tf.Variable(0, dtype=tf.int64, trainable=False, name="updates")
-            self.nonfinite = tf.Variable(0, dtype=tf.int64, trainable=False, name="nonfinite")
-            self.nonfinite_in_a_row = tf.Variable(0, dtype=tf.int64, trainable=False,
-                                                  name="nonfinite_in_a_row")
-        self.checkpoint = tf.train.Checkpoint(
-            model=self.model, optimizer=self.model.optimizer, updates=self.updates,
-            nonfinite=self.nonfinite, nonfinite_in_a_row=self.nonfinite_in_a_row)
-        self._initial = [(v, v.numpy()) for v in self._state_variables()]
-        if not self.read_only:
-            self._discard_uncommitted()
-        self.restored = self.restore(at_most=self.replay.num_episodes)
-        if self.read_only and require_checkpoint and self.restored is None:
-            raise RunError(f"no checkpoint in {self.logdir / 'checkpoints'}: train the run first")
-        tf_env = tf_py_environment.TFPyEnvironment(self.py_env)
-        specs = (tf_env.time_step_spec(), tf_env.action_spec())
-        self.collect_policy = PlannerPolicy(*specs, self.model, c.planner, explore=True)
-        self.eval_policy = PlannerPolicy(*specs, self.model, c.planner, explore=False)
-        self._py_policies = {}
-        self._writer = None
+        return episodes
 
-    def _state_variables(self):
-        variables = {id(v): v for v in (list(self.model.variables)
-                                        + list(self.model.optimizer.variables)
-                                        + [self.updates, self.nonfinite,
-                                           self.nonfinite_in_a_row])}
-        return list(variables.values())
-
-    def _discard_uncommitted(self):
-        """Removes checkpoints and metrics rows beyond the episodes on disk (see the docstring)."""
-        committed = self.replay.num_episodes
+    def discard_uncommitted(self, committed):
+        """Removes checkpoints and metrics rows beyond ``committed`` episodes (see the module
+        docstring)."""
+        if self.read_only:
+            raise RunError(f"run {self.logdir} is open read-only")
         for number, path in self.checkpoints():
             if number > committed:
                 shutil.rmtree(path, ignore_errors=True)
@@ -362,20 +271,23 @@ class Run:
                 found.append((int(match.group(1)), path))
         return sorted(found)
 
-    def restore(self, at_most=None):
+    def restore(self, checkpoint, variables, at_most=None):
         """Restores the newest readable, finite checkpoint numbered ``<= at_most``.
 
+        Args:
+          checkpoint: the `tf.train.Checkpoint` of the run's state.
+          variables: the state's variables (checked for non-finite values).
+          at_most: the newest checkpoint number to consider (None: any).
         An unreadable or non-finite checkpoint is reported and an older one tried; with none,
-        the initial weights are kept. Returns the restored number or None.
+        the variables keep the values they had. Returns the restored number or None.
         """
-
+        initial = [(v, v.numpy()) for v in variables]
         for number, path in reversed(self.checkpoints()):
             if at_most is not None and number > at_most:
                 continue
             try:
-                self.checkpoint.read(str(path / "ckpt")).assert_existing_objects_matched()
-                bad = [v.name for v in self._state_variables()
-                       if v.dtype.is_floating and not np.all(np.isfinite(v.numpy()))]
+                checkpoint.read(str(path / "ckpt")).assert_existing_objects_matched()
+                bad = _non_finite(variables)
                 if bad:
                     raise ValueError(f"non-finite values in {bad[0]}")
             except Exception as e:  # noqa: BLE001 (any unreadable file: OpError, IndexError, ...)
@@ -383,33 +295,18 @@ class Run:
                          "falling back to an older one")
                 continue
             return number
-        for variable, value in self._initial:  # A failed read may have assigned some.
+        for variable, value in initial:  # A failed read may have assigned some.
             variable.assign(value)
         return None
 
-    def begin_episode(self, index):
-        """Sets the layers' per-call noise counters from the stream ``layer_counter(index)``.
-
-        Bayesian and output layers count their calls (noise drawn outside `fixed_noise`); the
-        counters are checkpointed. Starting every episode's work (training phase, collection,
-        evaluation) from counters that depend only on the episode index makes the state after
-        episode ``index`` the same whether or not earlier episodes were collected in this
-        process (a resume redoes their updates without collecting).
-        """
-        value = seeds.int_seed(self.config.seed, "layer_counter", index) % 2**30
-        for variable in self.model.variables:
-            if "seed_counter" in variable.name:
-                variable.assign(_as_dtype(value, variable.dtype))
-
-    def save_checkpoint(self, number):
+    def save_checkpoint(self, number, checkpoint, variables):
         """Writes checkpoint ``number`` once (temp folder renamed into place); keeps the 2 newest.
 
-        Raises `NonFiniteError` (writing nothing) if any weight is NaN or inf.
+        Raises `NonFiniteError` (writing nothing) if any of ``variables`` is NaN or inf.
         """
         if self.read_only:
             raise RunError(f"run {self.logdir} is open read-only")
-        bad = [v.name for v in self._state_variables()
-               if v.dtype.is_floating and not np.all(np.isfinite(v.numpy()))]
+        bad = _non_finite(variables)
         if bad:
             raise NonFiniteError(f"refusing to checkpoint non-finite values (in {bad[0]})")
         folder = self.logdir / "checkpoints"
@@ -418,7 +315,7 @@ class Run:
             raise RuntimeError(f"checkpoint {final} exists; checkpoints are never rewritten")
         temp = folder / f".tmp-ckpt-{int(number):06d}-{os.getpid()}"
         shutil.rmtree(temp, ignore_errors=True)
-        self.checkpoint.write(str(temp / "ckpt"))
+        checkpoint.write(str(temp / "ckpt"))
         for file in temp.iterdir():
             fsync_path(file)
         fault_point("checkpoint_write")
@@ -427,57 +324,6 @@ class Run:
         for _, old in self.checkpoints()[:-_KEEP_CHECKPOINTS]:
             shutil.rmtree(old, ignore_errors=True)
 
-    # -- episodes -----------------------------------------------------------------------------
-    def policy(self, kind, *indices):
-        """A seeded TF-Agents py policy: ``kind`` in ``random``, ``collect``, ``eval``.
-
-        The planner policies are reseeded from the stream ``<kind>_policy(*indices)``; the
-        random policy is a new `RandomPyPolicy` seeded from ``random_policy(*indices)``.
-        """
-        from tf_agents.policies import py_tf_eager_policy, random_py_policy
-
-        seed = self.config.seed
-        if kind == "random":
-            return random_py_policy.RandomPyPolicy(
-                self.py_env.time_step_spec(), self.py_env.action_spec(),
-                seed=seeds.int_seed(seed, "random_policy", self.worker, *indices))
-        policies = {"collect": self.collect_policy, "eval": self.eval_policy}
-        if kind not in policies:
-            raise ValueError(f"Expected kind in ['random', 'collect', 'eval']. Received: {kind!r}")
-        policies[kind].reseed(*seeds.pair(seed, f"{kind}_policy", self.worker, *indices))
-        if kind not in self._py_policies:
-            self._py_policies[kind] = py_tf_eager_policy.PyTFEagerPolicy(
-                policies[kind], use_tf_function=True)
-        return self._py_policies[kind]
-
-    def collect(self, policy, stream, *indices, evaluation=False, render=False, fault=None):
-        """Runs one episode from the initial state of the stream ``stream(*indices)``.
-
-        Args:
-          policy: a py policy (`policy`).
-          stream: name of the environment-reset stream, e.g. ``"env_reset"``.
-          indices: the stream's indices (e.g. the episode number).
-          evaluation: use the evaluation environment.
-          render: also return rendered frames.
-          fault: a `fault_point` name reached after every step.
-        Returns:
-          ``(episode, frames)``: the replay episode dict and a list of frames.
-        """
-        from tf_agents.drivers import py_driver
-
-        from bayes_planet.training import EpisodeRecorder
-
-        env, py_env = (self.eval_env, self.py_eval_env) if evaluation else (self.env, self.py_env)
-        env.seed(seeds.int_seed(self.config.seed, stream, self.worker, *indices))
-        recorder = EpisodeRecorder(self.obs_key, self.action_size,
-                                   py_env.render if render else None, py_env.get_info)
-        observers = [recorder] + ([lambda _: fault_point(fault)] if fault else [])
-        driver = py_driver.PyDriver(py_env, policy, observers=observers, max_episodes=1)
-        time_step = py_env.reset()
-        recorder.start()
-        driver.run(time_step, policy.get_initial_state(1))
-        return recorder.episodes[-1]
-
     # -- metrics ------------------------------------------------------------------------------
     def append_metrics(self, record):
         """Appends one row to metrics.jsonl (fsynced; non-finite numbers as null)."""
@@ -485,7 +331,7 @@ class Run:
             raise RunError(f"run {self.logdir} is open read-only")
         line = json_row(record) + "\n"
         with open(self.logdir / "metrics.jsonl", "a") as f:
-            if os.environ.get(FAULT_ENV, "").startswith("metrics_write"):
+            if fault_armed("metrics_write"):
                 f.write(line[: len(line) // 2])  # A torn row, as a kill mid-write leaves.
                 f.flush()
                 fault_point("metrics_write")

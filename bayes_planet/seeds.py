@@ -7,11 +7,12 @@ numbers, in any process, so a resumed run draws exactly what an uninterrupted ru
 process performs them. Different names or indices give independent streams (a SHA-256 of the
 whole key).
 
-The streams a run uses (`bayes_planet.run.Run`, `bayes_planet.training.Trainer`; ``w`` is the
-worker, 0 without multi-worker training)::
+The streams a run uses (`bayes_planet.agent.Agent`, `bayes_planet.collection.Collector`,
+`bayes_planet.training.Trainer`; ``w`` is the worker, 0 without multi-worker training)::
 
     weights                         initial weights (Keras' global seed, set before building)
     layer_noise(layer)              each Bayesian transition layer's noise seed
+                                    (`bayes_planet.rssm`; ``layer`` from `name_index`)
     layer_counter(k)                the layers' call counters at the start of episode k
     env_reset(w, k)                 initial state of training episode k
     random_policy(w, k)             actions of seed episode k
@@ -19,8 +20,16 @@ worker, 0 without multi-worker training)::
     replay(u), train_step(u)        chunks, and latent/weight/dequantization noise, of update u
     eval_env_reset(w, k, i)         evaluation i after k episodes (eval_policy(w, k, i))
     open_loop(k)                    open-loop video after k episodes
-    cli_eval_env(w, i)              `bayes-planet eval` episode i
-    probe_train_env, probe_test_env(w, i)   `bayes-planet probe` episodes
+    cli_eval_env(w, i)              `bayes-planet eval` episode i (cli_eval_policy(w, i))
+
+`bayes-planet probe --seed s` draws from streams of its own seed ``s`` (not the run's)::
+
+    probe_train_env(w, i), probe_train_policy(w, i)   fresh probe training episode i
+    probe_test_env(w, i), probe_test_policy(w, i)     held-out probe test episode i
+    probe_latent(part, i, loop)     latent/weight noise encoding episode i of part 0 (train),
+                                    1 (test) or 2 (plot), closed (loop 0) or open loop (1)
+    probe_shared_weights            the one weight sample of ``--weights shared``
+    probe_mlp                       the MLP probe's ``random_state``
 
 Example::
 
@@ -34,7 +43,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["int_seed", "numpy_rng", "pair", "tf_seed"]
+__all__ = ["int_seed", "name_index", "numpy_rng", "pair", "tf_seed"]
 
 _MAX = 2**31 - 1
 
@@ -61,6 +70,15 @@ def pair(seed, name, *indices):
 def int_seed(seed, name, *indices):
     """One 31-bit non-negative int for APIs that take an int seed (environments, Keras)."""
     return pair(seed, name, *indices)[0]
+
+
+def name_index(name):
+    """A stable 31-bit non-negative int for a string (a stream index for a name, e.g. a
+    layer's): the first bytes of its SHA-256, so different names (anagrams too) differ."""
+    if not isinstance(name, str):
+        raise ValueError(f"Expected a string. Received: name={name!r}")
+    digest = hashlib.sha256(name.encode()).digest()
+    return int.from_bytes(digest[:4], "little") & _MAX
 
 
 def numpy_rng(seed, name, *indices):

@@ -74,9 +74,7 @@ class WorldModel(tf.Module):
             self.reward_net = MLP(m.mlp_units, m.reward_layers, out=1)
             self.obs_head = Normal(scale=1.0, event_ndims=len(obs_shape))
             self.reward_head = Normal(scale=1.0, event_ndims=1)
-            self.rssm = RSSM(m.deter, m.stoch, m.hidden, m.min_stddev, m.estimator,
-                             m.bayesian_gru, m.weight_prior_stddev, seed=config.seed,
-                             weight_prior=m.weight_prior)
+            self.rssm = RSSM(m, seed=config.seed)
             self.optimizer = keras.optimizers.Adam(self.train_config.learning_rate,
                                                    epsilon=self.train_config.adam_epsilon)
         with self.strategy.scope():

@@ -69,6 +69,6 @@ def train_step_flops(model, batch, length):
 
 
 def plan_flops(model, planner):
-    """FLOPs of planning one action: iterations × candidates × horizon × K rollouts."""
-    return (planner.iterations * planner.candidates * planner.horizon
+    """FLOPs of planning one action with CEM: iterations × candidates × horizon × K rollouts."""
+    return (planner.cem.iterations * planner.cem.candidates * planner.horizon
             * planner.weight_samples * imagine_step_flops(model))

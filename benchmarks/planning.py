@@ -19,8 +19,8 @@ from tf_agents.environments import tf_py_environment  # noqa: E402
 
 from bayes_planet import config as config_lib  # noqa: E402
 from bayes_planet import envs  # noqa: E402
-from bayes_planet.agent import PlannerPolicy  # noqa: E402
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv  # noqa: E402
+from bayes_planet.policy import PlannerPolicy  # noqa: E402
 from bayes_planet.world_model import WorldModel  # noqa: E402
 from benchmarks.flops import plan_flops  # noqa: E402
 from benchmarks.world_model_step import matmul_gflops  # noqa: E402
@@ -59,7 +59,7 @@ def main():
             rate = plan_flops(model, config.planner) / seconds / 1e9
             p = config.planner
             print(f"| {preset} | {estimator} | {p.weight_samples} | "
-                  f"{p.candidates}×{p.iterations}×{p.horizon} | {1 / seconds:.2f} | "
+                  f"{p.cem.candidates}×{p.cem.iterations}×{p.horizon} | {1 / seconds:.2f} | "
                   f"{seconds:.2f} | {rate:.1f} | {rate / mm:.2f} |", flush=True)
     env.close()
 

@@ -8,7 +8,7 @@ non-finite check of every step) and in the commit (finiteness check of all weigh
 written to a temp folder, fsynced and renamed, metrics row fsynced). This script measures, in
 one process and alternating A B A B (the machine is shared):
 
-* A, the trainer's phase: `Trainer.train(updates)` + `Run.save_checkpoint` + `Run.append_metrics`;
+* A, the trainer's phase: `Trainer.train(updates)` + `Agent.save_checkpoint` + `Run.append_metrics`;
 * B, a bare phase: the same number of ``model.train_step`` calls with one shared numpy
   generator and a seed tensor built by ``tf.constant``, then `tf.train.CheckpointManager.save`.
 
@@ -45,13 +45,14 @@ def measure(rounds, updates, determinism=True):
     config = config_lib.load(["cpu"], [f"train.updates_per_episode={updates}",
                                        "train.episodes=1000", "eval.video=false"])
     trainer = Trainer(config, logdir)
-    run = trainer.run_dir
+    agent = trainer.agent
+    collector = agent.collector
     for k in range(config.train.seed_episodes):  # Data to train on (random policy).
-        episode, _ = run.collect(run.policy("random", k), "env_reset", k)
-        trainer.replay.add(episode)
+        episode, _ = collector.collect(collector.policy("random", k), "env_reset", k)
+        agent.replay.add(episode)
     c = config.train
     trainer.train(2)  # Compile.
-    manager = tf.train.CheckpointManager(run.checkpoint, f"{logdir}/bare", max_to_keep=2)
+    manager = tf.train.CheckpointManager(agent.checkpoint, f"{logdir}/bare", max_to_keep=2)
     rng = np.random.default_rng(0)
     times = {"A": [], "B": []}
     number = 100
@@ -59,21 +60,21 @@ def measure(rounds, updates, determinism=True):
         start = time.perf_counter()
         losses = trainer.train(updates)
         number += 1
-        run.save_checkpoint(number)
-        run.append_metrics({"episode": number, **losses})
+        agent.save_checkpoint(number)
+        agent.run.append_metrics({"episode": number, **losses})
         times["A"].append(time.perf_counter() - start)
 
         start = time.perf_counter()
         for _ in range(updates):
-            chunk = trainer.replay.sample(c.batch_size, c.chunk_length, rng)
-            step = trainer.model.train_step(as_batch(chunk, "obs"),
-                                            tf.constant([0, number], tf.int32),
-                                            trainer.replay.num_steps)
-            trainer.updates.assign_add(1)
+            chunk = agent.replay.sample(c.batch_size, c.chunk_length, rng)
+            step = agent.model.train_step(as_batch(chunk, "obs"),
+                                          tf.constant([0, number], tf.int32),
+                                          agent.replay.num_steps)
+            agent.updates.assign_add(1)
             {k: float(v) for k, v in step.items()}
         manager.save(checkpoint_number=number)
         times["B"].append(time.perf_counter() - start)
-    run.close()
+    agent.close()
     return times
 
 

@@ -20,7 +20,7 @@ workflow: ``set_dataset_size(model, N)`` (tokens for the transformer) then
 ``compile`` + ``fit`` for ``steps`` Adam steps.
 
 Reported per task and model, mean ± std over seeds: accuracy, NLL, ECE
-(`bayes_planet.metrics`), mean predictive entropy and mutual information for
+(`bayes_planet.uncertainty_metrics`), mean predictive entropy and mutual information for
 classification; RMSE, NLL, coverage of the central ``interval`` predictive interval and
 the epistemic/aleatoric stds for regression (Gaussian head, softplus scale; predictive =
 the mixture over weight samples, in the target's units); and out-of-distribution AUROC
@@ -43,8 +43,8 @@ import warnings
 
 import numpy as np
 
-from bayes_planet import config as config_lib
-from bayes_planet import metrics
+from bayes_planet import uncertainty_metrics as metrics
+from bayes_planet import yaml_config
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 
@@ -72,7 +72,7 @@ def parse_task(task):
     family, _, dataset = str(task).partition("/")
     if dataset not in DATASETS or family not in DATASETS[dataset]:
         pairs = sorted(f"{f}/{d}" for d, fams in DATASETS.items() for f in fams)
-        raise config_lib.ConfigError(f"unknown task {task!r}; known tasks: {', '.join(pairs)}")
+        raise yaml_config.ConfigError(f"unknown task {task!r}; known tasks: {', '.join(pairs)}")
     return family, dataset
 
 
@@ -490,28 +490,28 @@ def plot_reliability(pooled, bins, task, path):
 
 def load_config(presets=(), overrides=()):
     """Defaults ← presets ← overrides, validated (unknown tasks and models refused)."""
-    config = config_lib.load_dict(CONFIG_PATH, presets, overrides)
+    config = yaml_config.load_dict(CONFIG_PATH, presets, overrides)
     for task in config["tasks"]:
         parse_task(task)
     known = sorted({m for models in FAMILY_MODELS.values() for m in models})
     unknown = sorted(set(config["models"]) - set(known))
     if unknown:
-        raise config_lib.ConfigError(f"unknown models {unknown}; known models: {known}")
+        raise yaml_config.ConfigError(f"unknown models {unknown}; known models: {known}")
     if not config["seeds"]:
-        raise config_lib.ConfigError("seeds: expected at least one seed, received []")
+        raise yaml_config.ConfigError("seeds: expected at least one seed, received []")
     return config
 
 
 def main(argv=None):
-    parser = config_lib.add_arguments(argparse.ArgumentParser(
+    parser = yaml_config.add_arguments(argparse.ArgumentParser(
         description=__doc__.split("\n")[0]))
     parser.add_argument("--quick", action="store_true", help="the tiny preset (= --preset quick)")
     args = parser.parse_args(argv)
-    presets = (["quick"] if args.quick else []) + config_lib.parse_presets(args.preset)
+    presets = (["quick"] if args.quick else []) + yaml_config.parse_presets(args.preset)
     config = load_config(presets, args.set)
     if args.out:
         config["out"] = args.out
-    config_lib.save_dict(config, config["out"])
+    yaml_config.save_dict(config, config["out"])
     return run(config, config["out"])
 
 

@@ -64,7 +64,7 @@ import time
 
 import numpy as np
 
-from bayes_planet import config as _config  # noqa: E402
+from bayes_planet import yaml_config as _config  # noqa: E402
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 _EPISODE_FILE = re.compile(r"^\d{6,}-\d+\.npz$")

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from bayes_planet import config as config_lib
+from bayes_planet import yaml_config
 from bayes_planet.experiment import example_main
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
@@ -38,7 +38,7 @@ CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 # ---------------------------------------------------------------- configuration
 def load_config(presets=(), overrides=(), path=CONFIG_PATH):
     """``defaults`` merged with each preset in order, then ``key.sub=value`` overrides."""
-    return config_lib.load(presets, overrides, path=path).to_dict()
+    return yaml_config.load(presets, overrides, path=path).to_dict()
 
 
 # ---------------------------------------------------------------- shared helpers

@@ -35,7 +35,7 @@ import time
 import numpy as np
 import yaml
 
-from bayes_planet import config as config_lib
+from bayes_planet import yaml_config
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 
@@ -43,7 +43,7 @@ CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 # ---------------------------------------------------------------- configuration
 def load_config(presets=(), overrides=(), path=CONFIG_PATH):
     """``defaults`` merged with each preset in order, then ``key.sub=value`` overrides."""
-    return config_lib.load(presets, overrides, path=path).to_dict()
+    return yaml_config.load(presets, overrides, path=path).to_dict()
 
 
 # ---------------------------------------------------------------- metrics
@@ -247,12 +247,12 @@ def run(config):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    config_lib.add_preset_argument(parser)
+    yaml_config.add_preset_argument(parser)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config key, e.g. --set transformer.epochs=5")
     parser.add_argument("--out", required=True, help="output directory")
     args = parser.parse_args(argv)
-    config = load_config(config_lib.presets_from(args), args.set)
+    config = load_config(yaml_config.presets_from(args), args.set)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))

@@ -690,15 +690,16 @@ def trainer_mirrored(logdir):
     from bayes_planet.training import Trainer
     config = config_lib.load(["debug"], ["strategy=mirrored", "eval.video=false"])
     trainer = Trainer(config, logdir)
-    records = trainer.run(progress=False)
-    replicas = trainer.strategy.num_replicas_in_sync
+    records = trainer.loop(progress=False)
+    replicas = trainer.agent.strategy.num_replicas_in_sync
     # Resume: a second Trainer on the same logdir restores the mirrored checkpoint.
     again = Trainer(config, logdir)
     same = all(np.array_equal(np.asarray(a), np.asarray(b)) for a, b in
-               zip(trainer.model.trainable_variables, again.model.trainable_variables,
+               zip(trainer.agent.model.trainable_variables,
+                   again.agent.model.trainable_variables,
                    strict=True))
     _emit(test="trainer", replicas=replicas, records=records, restored=bool(same),
-          updates=int(again.updates.numpy()))
+          updates=int(again.agent.updates.numpy()))
     print("DONE", flush=True)
 
 

@@ -12,8 +12,8 @@ from tf_agents.environments import tf_py_environment
 
 from bayes_planet import config as config_lib
 from bayes_planet import envs
-from bayes_planet.agent import PlannerPolicy
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv
+from bayes_planet.policy import PlannerPolicy
 from bayes_planet.world_model import WorldModel
 
 

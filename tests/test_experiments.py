@@ -53,7 +53,7 @@ def test_entropy_mutual_information_and_auroc(calibration):
 
 
 def test_calibration_presets_merge_and_validate(calibration):
-    from bayes_planet.config import ConfigError
+    from bayes_planet.yaml_config import ConfigError
 
     load = calibration._config.load_dict
     config = load(calibration.CONFIG_PATH, ["debug"], ["digits.epochs=7", "seeds=[4, 5]"])
@@ -147,7 +147,7 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
 
 
 def test_agent_grid_validates_every_run_before_launching(agents, tmp_path):
-    from bayes_planet.config import ConfigError
+    from bayes_planet.yaml_config import ConfigError
 
     config = agents._config.load_dict(agents.CONFIG_PATH, ["debug"], ["overrides=[model.nope=1]"])
     with pytest.raises(ConfigError, match="unknown config key 'model.nope'"):

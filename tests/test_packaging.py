@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Modules of the agent stack, and heavy modules pulled in only through it.
 AGENT_STACK = AGENT_MODULES + ("dm_env", "pygame", "gym", "imageio_ffmpeg")
 # The layer library and the TF-only modules built on it.
-LIBRARY_MODULES = ("bayes_planet", "bayes_planet.layers", "bayes_planet.metrics",
+LIBRARY_MODULES = ("bayes_planet", "bayes_planet.layers", "bayes_planet.uncertainty_metrics",
                    "bayes_planet.networks", "bayes_planet.export", "bayes_planet.testing",
                    "bayes_planet.planners")
 
@@ -37,7 +37,8 @@ def test_layer_library_does_not_import_the_agent_stack():
 
 
 @pytest.mark.parametrize("module", ["bayes_planet.training", "bayes_planet.envs",
-                                    "bayes_planet.agent", "bayes_planet.cli",
+                                    "bayes_planet.agent", "bayes_planet.policy",
+                                    "bayes_planet.collection", "bayes_planet.cli",
                                     "bayes_planet.config", "bayes_planet.probes"])
 def test_agent_modules_name_the_missing_extra(module):
     result = _python(
@@ -50,6 +51,47 @@ def test_agent_modules_name_the_missing_extra(module):
     assert len(message) == 1, message  # one line
     assert "'agent' extra" in message[0] and "missing: tf_agents" in message[0]
     assert "pip install 'bayes-planet[agent]'" in message[0]
+
+
+# The scripts built on the layer library alone; they load their YAML with bayes_planet.yaml_config.
+LAYERS_ONLY_SCRIPTS = ("experiments/gp.py", "experiments/generative.py", "experiments/resnet.py",
+                       "experiments/calibration.py", "experiments/sequence.py",
+                       "benchmarks/uncertainty.py")
+# TF-Agents, MuJoCo and what comes only with them.
+AGENT_ONLY = ("tf_agents", "dm_control", "mujoco", "gymnasium", "gym", "dm_env", "pygame")
+
+
+@pytest.mark.parametrize("script", LAYERS_ONLY_SCRIPTS)
+def test_layers_only_scripts_run_without_tf_agents_and_mujoco(script):
+    """With TF-Agents, dm-control, MuJoCo and gymnasium unimportable, a layers-only script
+    imports, merges every preset of its YAML (the generic loader) and prints its --help."""
+    code = (
+        "import runpy\n"
+        "from bayes_planet import yaml_config\n"
+        f"scope = runpy.run_path({script!r})\n"
+        "path = scope['CONFIG_PATH']\n"
+        "for name in yaml_config.presets(path):\n"
+        "    assert isinstance(yaml_config.load_dict(path, [name]), dict), name\n"
+        f"sys.argv = [{script!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_path({script!r}, run_name='__main__')\n"
+        "except SystemExit as e:\n"
+        "    assert e.code in (0, None), e.code\n"
+        f"print('LOADED', sorted(m for m in {AGENT_ONLY!r} if sys.modules.get(m) is not None))\n")
+    result = _python(code, hide=AGENT_ONLY)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "usage:" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "LOADED []"
+
+
+def test_the_yaml_loader_names_the_missing_extra_without_pyyaml():
+    result = _python(
+        "try:\n    import bayes_planet.yaml_config\nexcept ImportError as e:\n"
+        "    print(type(e).__name__); print(e)\n", hide=("yaml",))
+    assert result.returncode == 0, result.stderr
+    kind, *message = result.stdout.strip().splitlines()
+    assert kind == "MissingExtraError" and len(message) == 1, message
+    assert "YAML config loader" in message[0] and "missing: yaml" in message[0]
 
 
 def test_agent_test_modules_skip_with_the_reason_without_the_extra():

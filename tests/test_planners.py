@@ -268,3 +268,47 @@ def test_true_simulator_debug_run(tmp_path):
     assert episode["simulator"] == "rollout"
     assert episode["simulated_env_steps"] == 3 * 2 * 20 * 4 * 8
     assert 0 < saved["returns"][0] <= 24  # Rewards are in [0, 1] per env step.
+
+
+# ---------------------------------------------------------------- planners by name
+def test_planners_get_returns_the_registered_cem_planner():
+    """``planner.name: cem`` is `cross_entropy_method` with the ``planner.cem`` settings."""
+    from bayes_planet import config as config_lib
+    from bayes_planet import planners
+
+    assert planners.names() == ["cem"]
+    cem = config_lib.load(["debug"]).planner.cem
+    objective = quadratic(targets(3))
+    plan = planners.get("cem")(objective, cem, horizon=H, action_dim=A, action_low=-1.0,
+                               action_high=1.0, seed=5, batch_shape=())
+    direct = cross_entropy_method(objective, H, A, -1.0, 1.0, num_candidates=cem.candidates,
+                                  top_k=cem.top_k, iterations=cem.iterations, seed=5)
+    np.testing.assert_array_equal(plan.numpy(), direct.numpy())
+
+
+def test_every_registered_planner_has_a_config_section_and_vice_versa():
+    from bayes_planet import config as config_lib
+    from bayes_planet import planners
+
+    planner = config_lib.load().planner.to_dict()
+    assert sorted(k for k, v in planner.items() if isinstance(v, dict)) == planners.names()
+    assert planner["name"] in planners.names()
+
+
+@pytest.mark.parametrize("name", ["mppi", "", None, "CEM"])
+def test_planners_get_with_an_unknown_name_is_a_one_line_error_naming_it(name):
+    from bayes_planet import planners
+
+    with pytest.raises(ValueError) as info:
+        planners.get(name)
+    message = str(info.value)
+    assert "\n" not in message and f"name={name!r}" in message and "'cem'" in message
+
+
+def test_an_unknown_planner_name_in_the_config_is_a_one_line_error():
+    from bayes_planet import config as config_lib
+
+    with pytest.raises(config_lib.ConfigError, match=r"Received: planner.name='mppi'$"):
+        config_lib.validate(config_lib.load(overrides=["planner.name=mppi"]))
+    with pytest.raises(config_lib.ConfigError, match=r"planner.cem.top_k=21$"):
+        config_lib.validate(config_lib.load(["debug"], ["planner.cem.top_k=21"]))

@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from bayes_planet import config as config_lib
 from bayes_planet.layers import posterior_mean
-from bayes_planet.probes import encode_closed_loop, encode_open_loop, fit_probes, run_probe
+from bayes_planet.probes import encode_closed_loop, encode_open_loop, fit_probes, probe_run
 from bayes_planet.world_model import WorldModel
 
 NAMES = ["v0", "v1", "p0", "p1"]
@@ -112,7 +112,7 @@ def trained_run(tmp_path_factory):
     from bayes_planet.training import Trainer
 
     logdir = tmp_path_factory.mktemp("run")
-    Trainer(config_lib.load(["debug"], ["eval.video=false"]), logdir).run(progress=False)
+    Trainer(config_lib.load(["debug"], ["eval.video=false"]), logdir).loop(progress=False)
     return logdir
 
 
@@ -152,7 +152,7 @@ def test_probe_command_writes_report_and_plot(trained_run, tmp_path):
                      "--horizons", "1", "--test-episodes", str(shared), "--weights", "mean"]) == 0
     assert json.loads((mean_weights / "probe.json").read_text())["weights"] == "mean"
     with pytest.raises(ValueError, match="weights='all'"):
-        run_probe(trained_run, weights="all")
+        probe_run(trained_run, weights="all")
 
 
 def test_probe_command_reports_a_missing_run(tmp_path, capsys):

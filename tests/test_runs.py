@@ -1,6 +1,6 @@
 """Trustworthy runs (issue #18): reproducible from a seed, crash-safe, one owner of the logdir.
 
-Crashes are injected with ``BAYES_PLANET_FAULT=point:n`` (`bayes_planet.run.fault_point`), which
+Crashes are injected with ``BAYES_PLANET_FAULT=point:n`` (`bayes_planet.faults.fault_point`), which
 SIGKILLs the trainer the n-th time it reaches a named point: no timing luck.
 """
 
@@ -13,9 +13,10 @@ import sys
 
 import numpy as np
 import pytest
+import yaml
 
 from bayes_planet import config as config_lib
-from bayes_planet import seeds
+from bayes_planet import seeds, yaml_config
 
 WALL_CLOCK = ("seconds",)
 
@@ -142,6 +143,43 @@ def test_resume_from_an_older_checkpoint_redoes_the_updates_exactly(reference, t
     a, b = _tensors(_latest_checkpoint(tmp_path / "full")), _tensors(_latest_checkpoint(logdir))
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def _old_layout(path):
+    """Rewrites a run's config.yaml in the layout before ``planner.name``: the CEM settings
+    (candidates, top_k, iterations) directly in ``planner``."""
+    data = yaml.safe_load(path.read_text())
+    planner = data["planner"]
+    del planner["name"]
+    planner.update(planner.pop("cem"))
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_a_run_with_an_old_layout_config_resumes_and_evaluates(reference, tmp_path):
+    """Run directories keep the config.yaml they started with: one of the layout before the
+    planner was chosen by name is migrated when read, resumes to the uninterrupted run's
+    rows, is never rewritten, and evaluates."""
+    logdir = tmp_path / "run"
+    killed = _train(logdir, fault="train:2")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    _old_layout(logdir / "config.yaml")
+    old_text = (logdir / "config.yaml").read_text()
+    assert {"candidates", "top_k", "iterations"} <= set(yaml.safe_load(old_text)["planner"])
+    assert config_lib.read(logdir / "config.yaml") == config_lib.read(reference / "config.yaml")
+    rerun = _train(logdir)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert _rows(logdir) == _rows(reference)
+    assert (logdir / "config.yaml").read_text() == old_text
+    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "checkpoint 3" in result.stdout
+    # A different value in the old layout is still a different config.
+    text = old_text.replace("top_k: 4", "top_k: 3")
+    assert text != old_text
+    (logdir / "config.yaml").write_text(text)
+    refused = _train(logdir)
+    assert refused.returncode == 2 and "planner.cem.top_k: 3 -> 4" in refused.stderr, (
+        refused.stderr[-2000:])
 
 
 def test_a_damaged_latest_checkpoint_falls_back_to_an_older_one(reference, tmp_path):
@@ -306,14 +344,14 @@ def test_named_streams_are_stable_and_independent():
 def test_one_preset_grammar():
     import argparse
 
-    parser = config_lib.add_preset_argument(argparse.ArgumentParser(), default=["d"])
+    parser = yaml_config.add_preset_argument(argparse.ArgumentParser(), default=["d"])
     for argv in (["--preset", "a,b"], ["--preset", "a", "b"], ["--preset", "a", "--preset", "b"]):
-        assert config_lib.presets_from(parser.parse_args(argv)) == ["a", "b"], argv
-    assert config_lib.presets_from(parser.parse_args([])) == ["d"]
+        assert yaml_config.presets_from(parser.parse_args(argv)) == ["a", "b"], argv
+    assert yaml_config.presets_from(parser.parse_args([])) == ["d"]
     from bayes_planet import cli
 
     args = cli.build_parser().parse_args(["train", "--logdir", "x", "--preset", "debug", "cpu"])
-    assert config_lib.parse_presets(args.preset) == ["debug", "cpu"]
+    assert yaml_config.parse_presets(args.preset) == ["debug", "cpu"]
 
 
 def test_envs_dmc_and_gym_adapter_do_not_import_each_other():

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from bayes_planet.config import ConfigError
+from bayes_planet.yaml_config import ConfigError
 from benchmarks import uncertainty
 
 

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from bayes_planet import config as config_lib
+from bayes_planet import yaml_config
 from bayes_planet.rssm import RSSM
 from bayes_planet.world_model import WorldModel, preprocess_image
 
@@ -19,9 +20,14 @@ def _debug_config(*overrides):
     return config_lib.load(["debug"], list(overrides))
 
 
+def _rssm(**model):
+    """An RSSM built from the default ``model`` section with the keys ``model`` replaced."""
+    return RSSM(dict(config_lib.load().model.to_dict(), **model))
+
+
 @pytest.mark.parametrize("batch_shape", [(3,), (2, 4), (1, 2, 3)])
 def test_observe_and_imagine_shapes_on_any_batch_dims(batch_shape):
-    rssm = RSSM(deter=8, stoch=3, hidden=8, estimator="flipout")
+    rssm = _rssm(deter=8, stoch=3, hidden=8, estimator="flipout")
     embed = tf.random.normal(batch_shape + (5, 6))
     action = tf.random.normal(batch_shape + (5, 2))
     post, prior = rssm.observe(embed, action, tf.constant([1, 2]))
@@ -49,8 +55,8 @@ def _copy_into_bayesian(det, bayes):
 
 @pytest.mark.parametrize("estimator", ["reparameterization", "flipout"])
 def test_zero_variance_bayesian_rssm_equals_deterministic(estimator):
-    det = RSSM(deter=8, stoch=3, hidden=8, estimator="deterministic")
-    bayes = RSSM(deter=8, stoch=3, hidden=8, estimator=estimator)
+    det = _rssm(deter=8, stoch=3, hidden=8, estimator="deterministic")
+    bayes = _rssm(deter=8, stoch=3, hidden=8, estimator=estimator)
     embed, action = tf.random.normal([2, 6, 5]), tf.random.normal([2, 6, 2])
     det.build_for(2, 5)
     bayes.build_for(2, 5)
@@ -67,7 +73,7 @@ def test_zero_variance_bayesian_rssm_equals_deterministic(estimator):
 
 
 def test_weight_sample_is_fixed_within_a_rollout_and_differs_across_seeds():
-    rssm = RSSM(deter=8, stoch=3, hidden=8, estimator="reparameterization")
+    rssm = _rssm(deter=8, stoch=3, hidden=8, estimator="reparameterization")
     rssm.build_for(2, 5)
     state = rssm.initial(1)
     action = tf.zeros([1, 4, 2])
@@ -81,7 +87,7 @@ def test_weight_sample_is_fixed_within_a_rollout_and_differs_across_seeds():
 
 
 def test_explicit_weight_seed_picks_the_weight_sample_independently_of_the_step_seed():
-    rssm = RSSM(deter=8, stoch=3, hidden=8, estimator="reparameterization")
+    rssm = _rssm(deter=8, stoch=3, hidden=8, estimator="reparameterization")
     embed, action = tf.random.normal([2, 4, 5]), tf.random.normal([2, 4, 2])
     rssm.observe(embed, action, tf.constant([0, 0]))
     state = rssm.initial(2)
@@ -206,13 +212,13 @@ def _run(logdir, episodes, fault=None):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("BAYES_PLANET_FAULT", None)
     if fault:
-        env["BAYES_PLANET_FAULT"] = fault  # SIGKILL at a named point (bayes_planet.run).
+        env["BAYES_PLANET_FAULT"] = fault  # SIGKILL at a named point (bayes_planet.faults).
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
     """SIGKILL a debug run during its second planning episode, rerun the same command."""
-    from bayes_planet.run import Run
+    from bayes_planet.agent import Agent
 
     logdir = tmp_path / "run"
     killed = _run(logdir, episodes=5, fault="plan:20")  # 15 steps per episode: in episode 4.
@@ -224,11 +230,11 @@ def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
     assert latest.name == "ckpt-000003"  # ckpt-4 is written only with episode 4.
     prefix = str(latest / "ckpt")
 
-    run = Run(logdir, read_only=True)
-    assert run.restored == 3 and run.replay.num_episodes == len(saved)
-    assert int(run.updates.numpy()) == tf.train.load_variable(
+    agent = Agent(logdir, read_only=True)
+    assert agent.restored == 3 and agent.replay.num_episodes == len(saved)
+    assert int(agent.updates.numpy()) == tf.train.load_variable(
         prefix, "updates/.ATTRIBUTES/VARIABLE_VALUE") == 3
-    variable = run.model.rssm.post_stats.kernel
+    variable = agent.model.rssm.post_stats.kernel
     key = next(k for k, _ in tf.train.list_variables(prefix)
                if "post_stats" in k and "kernel" in k and "optimizer" not in k)
     np.testing.assert_array_equal(variable.numpy(), tf.train.load_variable(prefix, key))
@@ -246,7 +252,7 @@ def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
 
 def test_a_logdir_from_a_different_config_is_refused(tmp_path):
     logdir = tmp_path / "run"
-    config_lib.write(config_lib.load(["debug"]), logdir / "config.yaml")
+    yaml_config.write(config_lib.load(["debug"]), logdir / "config.yaml")
     result = subprocess.run(
         [sys.executable, "-m", "bayes_planet.cli", "train", "--preset", "debug", "--logdir",
          str(logdir), "--set", "train.batch_size=2"], capture_output=True, text=True, timeout=300)
@@ -258,7 +264,7 @@ def test_a_logdir_from_a_different_config_is_refused(tmp_path):
 @pytest.mark.parametrize("estimator", ["reparameterization", "flipout"])
 def test_rssm_with_a_bayesian_gru_cell(estimator):
     """The optional Bayesian GRU: KL terms for its kernels, one weight sample per rollout."""
-    rssm = RSSM(deter=8, stoch=3, hidden=8, estimator=estimator, bayesian_gru=True)
+    rssm = _rssm(deter=8, stoch=3, hidden=8, estimator=estimator, bayesian_gru=True)
     embed, action = tf.random.normal([2, 5, 6]), tf.random.normal([2, 5, 2])
     post, _ = rssm.observe(embed, action, tf.constant([1, 2]))
     assert post["deter"].shape == (2, 5, 8)
@@ -267,17 +273,39 @@ def test_rssm_with_a_bayesian_gru_cell(estimator):
     np.testing.assert_array_equal(post["deter"].numpy(), again["deter"].numpy())
 
 
-def test_rssm_defaults_are_the_yaml_defaults():
-    model = config_lib.load().model
-    rssm = RSSM()
-    assert (rssm.deter_size, rssm.stoch_size, rssm.min_stddev, rssm.estimator) == (
-        model.deter, model.stoch, model.min_stddev, model.estimator)
-    assert rssm.transition_in.units == model.hidden
+def test_rssm_reads_its_config_section():
+    """The RSSM is built from the ``model`` section (a `Config` or a plain mapping), as the
+    world model builds it."""
+    model = config_lib.load(["debug"], ["model.estimator=flipout"]).model
+    for section in (model, model.to_dict()):
+        rssm = RSSM(section)
+        assert (rssm.deter_size, rssm.stoch_size, rssm.min_stddev, rssm.estimator) == (
+            model.deter, model.stoch, model.min_stddev, "flipout")
+        assert rssm.transition_in.units == model.hidden
+    world = WorldModel(_debug_config(), (5,), 1)
+    assert (world.rssm.deter_size, world.rssm.stoch_size) == (model.deter, model.stoch)
+
+
+def test_layer_noise_seeds_differ_for_anagram_names():
+    """Each Bayesian layer's noise seed comes from the stream ``layer_noise(index of its
+    name)``: names made of the same letters (whose character codes once summed to the same
+    index) get different seeds, the same name the same seed."""
+    from bayes_planet.layers import NormalKLDivergence
+    from bayes_planet.rssm import dense_factory
+
+    make = dense_factory("reparameterization", lambda: NormalKLDivergence(stddev=1.0), seed=3)
+    names = ["dense_ab", "dense_ba", "abc", "cab", "bca"]
+    layer_seeds = [make(4, name=n).seed for n in names]
+    assert len(set(layer_seeds)) == len(names), dict(zip(names, layer_seeds, strict=True))
+    assert layer_seeds == [make(4, name=n).seed for n in names]  # Stable.
+    rssm_layers = {make(4, name=n).seed for n in ("transition_in", "prior_hidden",
+                                                   "prior_stats")}
+    assert not rssm_layers & set(layer_seeds)
 
 
 def test_bayesian_gru_with_local_reparameterization_is_an_error():
     with pytest.raises(ValueError, match="local_reparameterization"):
-        RSSM(deter=8, stoch=3, hidden=8, estimator="local_reparameterization", bayesian_gru=True)
+        _rssm(deter=8, stoch=3, hidden=8, estimator="local_reparameterization", bayesian_gru=True)
 
 
 @pytest.mark.parametrize("bayesian_gru", [False, True])
@@ -287,7 +315,7 @@ def test_weight_prior_reaches_every_bayesian_transition_layer(bayesian_gru):
     from bayes_planet.layers import NormalKLDivergence, ScaleMixtureKLDivergence
 
     for kind, cls in [("normal", NormalKLDivergence), ("scale_mixture", ScaleMixtureKLDivergence)]:
-        rssm = RSSM(deter=8, stoch=3, hidden=8, estimator="flipout", bayesian_gru=bayesian_gru,
+        rssm = _rssm(deter=8, stoch=3, hidden=8, estimator="flipout", bayesian_gru=bayesian_gru,
                     weight_prior=kind, weight_prior_stddev=0.5)
         rssm.observe(tf.random.normal([2, 4, 6]), tf.random.normal([2, 4, 2]), tf.constant([1, 2]))
         layers = [rssm.transition_in, rssm.prior_hidden, rssm.prior_stats]
@@ -303,6 +331,6 @@ def test_weight_prior_reaches_every_bayesian_transition_layer(bayesian_gru):
 
 def test_unknown_weight_prior_is_a_one_line_error():
     with pytest.raises(ValueError, match="weight_prior='laplace'"):
-        RSSM(deter=8, stoch=3, hidden=8, weight_prior="laplace")
+        _rssm(deter=8, stoch=3, hidden=8, weight_prior="laplace")
     with pytest.raises(ValueError, match="model.weight_prior"):
         config_lib.validate(config_lib.load(overrides=["model.weight_prior=laplace"]))

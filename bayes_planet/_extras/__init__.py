@@ -25,22 +25,24 @@ class MissingExtraError(ImportError):
 
 
 @functools.lru_cache(maxsize=None)
-def _missing_agent_modules():
-    return tuple(m for m in AGENT_MODULES if importlib.util.find_spec(m) is None)
+def _missing(modules):
+    return tuple(m for m in modules if importlib.util.find_spec(m) is None)
 
 
 def agent_extra_installed():
     """Whether every distribution of the ``agent`` extra is importable (imports none of them)."""
-    return not _missing_agent_modules()
+    return not _missing(AGENT_MODULES)
 
 
-def require_agent_extra(what):
+def require_agent_extra(what, modules=AGENT_MODULES):
     """Raises `MissingExtraError` (one line) if the ``agent`` extra is missing.
 
     Args:
       what: what needs the extra, for the message.
+      modules: the import names of the extra that ``what`` needs (default: all of
+        `AGENT_MODULES`; e.g. ``("yaml",)`` for the YAML config loader of the scripts).
     """
-    missing = _missing_agent_modules()
+    missing = _missing(tuple(modules))
     if missing:
         raise MissingExtraError(
             f"{what} needs the 'agent' extra (Python 3.10-3.11), which is not installed "

@@ -15,7 +15,9 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["cross_entropy_method", "random_shooting"]
+from bayes_planet.planners.registry import register
+
+__all__ = ["cross_entropy_method", "plan_cem", "random_shooting"]
 
 
 def cross_entropy_method(
@@ -118,6 +120,18 @@ def cross_entropy_method(
         maximum_iterations=iterations,
     )
     return mean
+
+
+@register("cem")
+def plan_cem(objective_fn, settings, horizon, action_dim, action_low, action_high, seed,
+             batch_shape=()):
+    """The agent's ``cem`` planner: `cross_entropy_method` with the ``planner.cem`` settings
+    (``candidates``, ``top_k``, ``iterations``); see `bayes_planet.planners.registry`."""
+    return cross_entropy_method(
+        objective_fn, horizon=horizon, action_dim=action_dim, action_low=action_low,
+        action_high=action_high, num_candidates=settings["candidates"],
+        top_k=settings["top_k"], iterations=settings["iterations"], seed=seed,
+        batch_shape=batch_shape)
 
 
 def random_shooting(

@@ -1,0 +1,104 @@
+"""Episode collection: seeded policies and environment resets from named streams.
+
+A `Collector` holds the two environments of a run (training and evaluation), their TF-Agents
+faces and the planner policies (`bayes_planet.policy.PlannerPolicy`: ``collect`` with
+exploration noise, ``eval`` without). Every episode is reproducible from the run's seed: the
+policy is reseeded from the stream ``<kind>_policy(w, *indices)`` (the random policy of seed
+episodes from ``random_policy(w, *indices)``) and the environment from the stream named by the
+caller (``env_reset``, ``eval_env_reset``, ...; see `bayes_planet.seeds`), ``w`` being the worker.
+Episodes come out in the replay layout (`bayes_planet.replay.EpisodeRecorder`).
+"""
+
+import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
+
+from bayes_planet import seeds
+from bayes_planet.faults import fault_point
+from bayes_planet.replay import EpisodeRecorder
+
+__all__ = ["Collector"]
+
+KINDS = ("random", "collect", "eval")
+
+
+class Collector:
+    """Collects episodes of a world model's planner (or a random policy) in two environments.
+
+    Args:
+      seed: the run's seed (``config.seed``).
+      worker: the worker index of the stream keys (0 without multi-worker training).
+      env, eval_env: the training and evaluation environments (`bayes_planet.envs.make`).
+      world_model: the `WorldModel` the planner policies plan with.
+      planner: the ``planner`` config section.
+    Attributes:
+      env, eval_env: the environments; ``obs_key``: their observation's key;
+      ``action_size``; ``collect_policy``/``eval_policy``: the planner policies.
+    """
+
+    def __init__(self, seed, worker, env, eval_env, world_model, planner):
+        from tf_agents.environments import tf_py_environment
+
+        from bayes_planet.envs.tf_agents_env import TFAgentsEnv
+        from bayes_planet.policy import PlannerPolicy
+
+        self.seed, self.worker = seed, worker
+        self.env, self.eval_env = env, eval_env
+        self._py_envs = {False: TFAgentsEnv(env), True: TFAgentsEnv(eval_env)}
+        self.obs_key = next(iter(env.observation_spec()))
+        self.action_size = env.action_spec().shape[0]
+        tf_env = tf_py_environment.TFPyEnvironment(self._py_envs[False])
+        specs = (tf_env.time_step_spec(), tf_env.action_spec())
+        self.collect_policy = PlannerPolicy(*specs, world_model, planner, explore=True)
+        self.eval_policy = PlannerPolicy(*specs, world_model, planner, explore=False)
+        self._py_policies = {}
+
+    def policy(self, kind, *indices, stream=None):
+        """A seeded TF-Agents py policy: ``kind`` in ``random``, ``collect``, ``eval``.
+
+        The planner policies are reseeded from the stream ``<stream>(w, *indices)``; the random
+        policy is a new `RandomPyPolicy` seeded from it. ``stream`` defaults to
+        ``<kind>_policy`` (``random_policy``, ``collect_policy``, ``eval_policy``); commands
+        other than training name their own (``cli_eval_policy``, ``probe_test_policy``, ...).
+        """
+        from tf_agents.policies import py_tf_eager_policy, random_py_policy
+
+        if kind not in KINDS:
+            raise ValueError(f"Expected kind in {list(KINDS)}. Received: kind={kind!r}")
+        stream = stream or f"{kind}_policy"
+        if kind == "random":
+            py_env = self._py_envs[False]
+            return random_py_policy.RandomPyPolicy(
+                py_env.time_step_spec(), py_env.action_spec(),
+                seed=seeds.int_seed(self.seed, stream, self.worker, *indices))
+        policies = {"collect": self.collect_policy, "eval": self.eval_policy}
+        policies[kind].reseed(*seeds.pair(self.seed, stream, self.worker, *indices))
+        if kind not in self._py_policies:
+            self._py_policies[kind] = py_tf_eager_policy.PyTFEagerPolicy(
+                policies[kind], use_tf_function=True)
+        return self._py_policies[kind]
+
+    def collect(self, policy, stream, *indices, evaluation=False, render=False, fault=None):
+        """Runs one episode from the initial state of the stream ``stream(w, *indices)``.
+
+        Args:
+          policy: a py policy (`policy`).
+          stream: name of the environment-reset stream, e.g. ``"env_reset"``.
+          indices: the stream's indices (e.g. the episode number).
+          evaluation: use the evaluation environment.
+          render: also return rendered frames.
+          fault: a `bayes_planet.faults.fault_point` name reached after every step.
+        Returns:
+          ``(episode, frames)``: the replay episode dict and a list of frames.
+        """
+        from tf_agents.drivers import py_driver
+
+        env = self.eval_env if evaluation else self.env
+        py_env = self._py_envs[bool(evaluation)]
+        env.seed(seeds.int_seed(self.seed, stream, self.worker, *indices))
+        recorder = EpisodeRecorder(self.obs_key, self.action_size,
+                                   py_env.render if render else None, py_env.get_info)
+        observers = [recorder] + ([lambda _: fault_point(fault)] if fault else [])
+        driver = py_driver.PyDriver(py_env, policy, observers=observers, max_episodes=1)
+        time_step = py_env.reset()
+        recorder.start()
+        driver.run(time_step, policy.get_initial_state(1))
+        return recorder.episodes[-1]

@@ -1,0 +1,40 @@
+"""Planners by name: ``planners.get(name)`` is what the agent's ``planner.name`` selects.
+
+A planner module registers its agent-facing entry point with ``@register("name")``; the
+agent's config then holds the planner's own settings in the sub-section of that name
+(``planner: {name: cem, cem: {candidates: ..., top_k: ..., iterations: ...}}``). A registered
+planner is called as::
+
+    plan = planner(objective_fn, settings, horizon=H, action_dim=A, action_low=low,
+                   action_high=high, seed=seed, batch_shape=(B,))  # -> [B, H, A]
+
+where ``settings`` is its config sub-section (a `Config` or mapping) and ``objective_fn`` maps
+candidate action sequences ``[B, N, H, A]`` to scores ``[B, N]`` (higher is better).
+"""
+
+__all__ = ["get", "names", "register"]
+
+_PLANNERS = {}
+
+
+def register(name):
+    """A decorator registering an agent-facing planner under ``name`` (see the module docstring)."""
+    def decorate(fn):
+        if name in _PLANNERS and _PLANNERS[name] is not fn:
+            raise ValueError(f"Expected a new planner name. Received: name={name!r} (registered "
+                             f"by {_PLANNERS[name].__module__})")
+        _PLANNERS[name] = fn
+        return fn
+    return decorate
+
+
+def names():
+    """The registered planner names, sorted."""
+    return sorted(_PLANNERS)
+
+
+def get(name):
+    """The planner registered as ``name``; a one-line `ValueError` naming it otherwise."""
+    if not isinstance(name, str) or name not in _PLANNERS:
+        raise ValueError(f"Unknown planner. Expected one of {names()}. Received: name={name!r}")
+    return _PLANNERS[name]
