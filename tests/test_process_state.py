@@ -1,7 +1,7 @@
 """Process state that one test could leave behind for another (issue #29's flaky test).
 
 The flaky failure was ``FlushSummaryWriter`` inside an XLA-compiled recurrent cell: a `Run`
-left over from an earlier test (`Trainer.run` in test_probes) was garbage-collected while the
+left over from an earlier test (a `Trainer` run in test_probes) was garbage-collected while the
 cell traced its lazy weight draw, and the finalizer's ``writer.flush()`` ran in the graph being
 traced instead of eagerly. Finalizers must never add ops to whatever graph is current.
 """
@@ -53,5 +53,5 @@ def test_a_finished_trainer_leaves_no_open_writer_or_lock(tmp_path):
 
     trainer = Trainer(config_lib.load(["debug"], ["eval.video=false", "train.episodes=2"]),
                       tmp_path / "run")
-    trainer.run(progress=False)
-    assert trainer.run_dir.closed
+    trainer.loop(progress=False)
+    assert trainer.agent.run.closed
