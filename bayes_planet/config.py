@@ -19,6 +19,8 @@ import re
 
 import yaml
 
+from bayes_planet import layer_registry
+
 __all__ = [
     "Config",
     "ConfigError",
@@ -217,8 +219,7 @@ _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
 _FINITE_FLOAT = ("planner.beta",)
 _CHOICES = {
     "obs_type": ("state", "pixels"),
-    "model.estimator": ("deterministic", "reparameterization", "flipout",
-                        "local_reparameterization"),
+    "model.estimator": layer_registry.estimators("dense", sampling_only=True),
     "model.weight_prior": ("normal", "scale_mixture"),
     "strategy": ("none", "mirrored", "multi_worker", "tpu"),
 }
