@@ -23,40 +23,41 @@ import importlib
 
 __all__ = ["estimators", "families", "get", "register", "unregister"]
 
-#: family -> (its Keras twin in ``keras.layers``, {estimator: class in ``bayes_planet.layers``}).
+#: family -> (its Keras twin in ``keras.layers``,
+#:            {estimator: "module.Class" in ``bayes_planet.layers``, imported by `get`}).
 _FAMILIES = {
     "dense": ("Dense", {
-        "reparameterization": "DenseReparameterization",
-        "flipout": "DenseFlipout",
-        "local_reparameterization": "DenseLocalReparameterization",
-        "variational_dropout": "DenseVariationalDropout",
+        "reparameterization": "dense.DenseReparameterization",
+        "flipout": "dense.DenseFlipout",
+        "local_reparameterization": "dense.DenseLocalReparameterization",
+        "variational_dropout": "dense.DenseVariationalDropout",
     }),
     "conv1d": ("Conv1D", {
-        "reparameterization": "Conv1DReparameterization",
-        "flipout": "Conv1DFlipout",
-        "variational_dropout": "Conv1DVariationalDropout",
+        "reparameterization": "conv.Conv1DReparameterization",
+        "flipout": "conv.Conv1DFlipout",
+        "variational_dropout": "conv.Conv1DVariationalDropout",
     }),
     "conv2d": ("Conv2D", {
-        "reparameterization": "Conv2DReparameterization",
-        "flipout": "Conv2DFlipout",
-        "local_reparameterization": "Conv2DLocalReparameterization",
-        "variational_dropout": "Conv2DVariationalDropout",
+        "reparameterization": "conv.Conv2DReparameterization",
+        "flipout": "conv.Conv2DFlipout",
+        "local_reparameterization": "conv.Conv2DLocalReparameterization",
+        "variational_dropout": "conv.Conv2DVariationalDropout",
     }),
     "einsum_dense": ("EinsumDense", {
-        "reparameterization": "EinsumDenseReparameterization",
-        "flipout": "EinsumDenseFlipout",
+        "reparameterization": "attention.EinsumDenseReparameterization",
+        "flipout": "attention.EinsumDenseFlipout",
     }),
     "multi_head_attention": ("MultiHeadAttention", {
-        "reparameterization": "MultiHeadAttentionReparameterization",
-        "flipout": "MultiHeadAttentionFlipout",
+        "reparameterization": "attention.MultiHeadAttentionReparameterization",
+        "flipout": "attention.MultiHeadAttentionFlipout",
     }),
     "lstm_cell": ("LSTMCell", {
-        "reparameterization": "LSTMCellReparameterization",
-        "flipout": "LSTMCellFlipout",
+        "reparameterization": "recurrent.LSTMCellReparameterization",
+        "flipout": "recurrent.LSTMCellFlipout",
     }),
     "gru_cell": ("GRUCell", {
-        "reparameterization": "GRUCellReparameterization",
-        "flipout": "GRUCellFlipout",
+        "reparameterization": "recurrent.GRUCellReparameterization",
+        "flipout": "recurrent.GRUCellFlipout",
     }),
 }
 DETERMINISTIC = "deterministic"
@@ -98,7 +99,8 @@ def get(family, estimator):
                          f"{list(estimators(family))}. Received: estimator={estimator!r}")
     cls = classes[estimator]
     if isinstance(cls, str):
-        cls = getattr(importlib.import_module("bayes_planet.layers"), cls)
+        module, name = cls.rsplit(".", 1)
+        cls = getattr(importlib.import_module(f"bayes_planet.layers.{module}"), name)
     return cls
 
 
