@@ -14,7 +14,7 @@ import copy
 import math
 import pathlib
 
-from bayes_planet import yaml_config
+from bayes_planet import layer_registry, yaml_config
 from bayes_planet.yaml_config import Config, ConfigError
 
 __all__ = [
@@ -92,8 +92,7 @@ _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
 _FINITE_FLOAT = ("planner.beta",)
 _CHOICES = {
     "obs_type": ("state", "pixels"),
-    "model.estimator": ("deterministic", "reparameterization", "flipout",
-                        "local_reparameterization"),
+    "model.estimator": layer_registry.estimators("dense", sampling_only=True),
     "model.weight_prior": ("normal", "scale_mixture"),
     "strategy": ("none", "mirrored", "multi_worker", "tpu"),
 }

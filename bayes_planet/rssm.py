@@ -27,12 +27,9 @@ import functools
 import tensorflow as tf
 import tensorflow_probability as tfp
 
-from bayes_planet import seeds
+from bayes_planet import layer_registry, seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import (
-    DenseFlipout,
-    DenseLocalReparameterization,
-    DenseReparameterization,
     NormalKLDivergence,
     ScaleMixtureKLDivergence,
     fixed_noise,
@@ -43,12 +40,7 @@ tfd = tfp.distributions
 
 __all__ = ["RSSM", "ESTIMATORS", "WEIGHT_PRIORS"]
 
-ESTIMATORS = {
-    "deterministic": None,
-    "reparameterization": DenseReparameterization,
-    "flipout": DenseFlipout,
-    "local_reparameterization": DenseLocalReparameterization,
-}
+ESTIMATORS = layer_registry.estimators("dense", sampling_only=True)
 
 
 WEIGHT_PRIORS = ("normal", "scale_mixture")
@@ -74,7 +66,7 @@ def dense_factory(estimator, make_prior=None, seed=0):
     if estimator not in ESTIMATORS:
         raise ValueError(f"Unknown estimator. Expected one of {sorted(ESTIMATORS)}. "
                          f"Received: estimator={estimator!r}")
-    cls = ESTIMATORS[estimator]
+    cls = None if estimator == "deterministic" else layer_registry.get("dense", estimator)
     if cls is not None:
         if make_prior is None:
             raise ValueError(f"Expected a weight prior (make_prior) for estimator={estimator!r}. "
@@ -134,9 +126,7 @@ class RSSM(keras.layers.Layer):
     def _make_cell(deter, estimator, bayesian_gru, seed, make_prior):
         if not bayesian_gru or estimator == "deterministic":
             return keras.layers.GRUCell(deter, name="gru")
-        from bayes_planet.layers import GRUCellFlipout, GRUCellReparameterization
-
-        cls = GRUCellFlipout if estimator == "flipout" else GRUCellReparameterization
+        cls = layer_registry.get("gru_cell", estimator)
         return cls(deter, name="gru", seed=seeds.int_seed(seed, "layer_noise", _layer_index("gru")),
                    kernel_regularizer=make_prior(), recurrent_regularizer=make_prior())
 

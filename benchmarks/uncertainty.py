@@ -43,19 +43,20 @@ import warnings
 
 import numpy as np
 
+from bayes_planet import layer_registry, yaml_config
 from bayes_planet import uncertainty_metrics as metrics
-from bayes_planet import yaml_config
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 
-#: family -> the models it can build.
+#: tfp.layers model -> its estimator's name in the tfp.layers class names.
+TFP_MODELS = {"tfp_flipout": "Flipout", "tfp_reparameterization": "Reparameterization"}
+#: family -> the models it can build: our layers' estimators (`layer_registry`) of the
+#: family's layer (variational dropout on the MLP only) and the tfp.layers twins.
 FAMILY_MODELS = {
-    "mlp": ("deterministic", "reparameterization", "flipout", "local_reparameterization",
-            "variational_dropout", "tfp_flipout", "tfp_reparameterization"),
-    "cnn": ("deterministic", "reparameterization", "flipout", "local_reparameterization",
-            "tfp_flipout", "tfp_reparameterization"),
-    "lstm": ("deterministic", "reparameterization", "flipout"),
-    "gru": ("deterministic", "reparameterization", "flipout"),
+    "mlp": layer_registry.estimators("dense") + tuple(TFP_MODELS),
+    "cnn": layer_registry.estimators("conv2d", sampling_only=True) + tuple(TFP_MODELS),
+    "lstm": layer_registry.estimators("lstm_cell"),
+    "gru": layer_registry.estimators("gru_cell"),
     "transformer": ("deterministic", "deterministic_dropout", "reparameterization",
                     "flipout", "local_reparameterization"),
 }
@@ -171,13 +172,8 @@ class Layers:
         self.kernel_initializer = kernel_initializer
         self._seeds = iter(range(seed * 1000, seed * 1000 + 1000))
 
-    def _ours(self, prefix, suffix=""):
-        import bayes_planet.layers as bl
-
-        estimator = {"reparameterization": "Reparameterization", "flipout": "Flipout",
-                     "local_reparameterization": "LocalReparameterization",
-                     "variational_dropout": "VariationalDropout"}[self.model]
-        return getattr(bl, f"{prefix}{estimator}{suffix}")
+    def _ours(self, family):
+        return layer_registry.get(family, self.model)
 
     def _prior(self, *names):
         from bayes_planet.layers import initializers, regularizers
@@ -198,8 +194,7 @@ class Layers:
         import tensorflow_probability as tfp
 
         n = float(self.dataset_size)
-        estimator = {"tfp_flipout": "Flipout", "tfp_reparameterization": "Reparameterization"}
-        cls = getattr(tfp.layers, name + estimator[self.model])
+        cls = getattr(tfp.layers, name + TFP_MODELS[self.model])
         return cls(*args, kernel_divergence_fn=lambda q, p, _: tfp.distributions.kl_divergence(
             q, p) / n, **kwargs)
 
@@ -210,7 +205,7 @@ class Layers:
             return keras.layers.Dense(units, activation)
         if self.model.startswith("tfp_"):
             return self._tfp("Dense", units, activation=activation)
-        return self._ours("Dense")(units, activation=activation, seed=next(self._seeds),
+        return self._ours("dense")(units, activation=activation, seed=next(self._seeds),
                                    **self._prior("kernel_regularizer"))
 
     def conv(self, filters, activation="relu"):
@@ -220,16 +215,15 @@ class Layers:
             return keras.layers.Conv2D(filters, 3, padding="same", activation=activation)
         if self.model.startswith("tfp_"):
             return self._tfp("Convolution2D", filters, 3, padding="same", activation=activation)
-        return self._ours("Conv2D")(filters, 3, padding="same", activation=activation,
+        return self._ours("conv2d")(filters, 3, padding="same", activation=activation,
                                     seed=next(self._seeds), **self._prior("kernel_regularizer"))
 
     def cell(self, kind, units):
-        from bayes_planet._keras import keras
 
-        name = {"lstm": "LSTM", "gru": "GRU"}[kind]
+        family = f"{kind}_cell"
         if self.model in BASELINES:
-            return getattr(keras.layers, f"{name}Cell")(units)
-        return self._ours(name + "Cell")(units, seed=next(self._seeds), **self._prior(
+            return layer_registry.get(family, "deterministic")(units)
+        return self._ours(family)(units, seed=next(self._seeds), **self._prior(
             "kernel_regularizer", "recurrent_regularizer"))
 
 

@@ -39,6 +39,7 @@ import time
 
 import numpy as np
 
+from bayes_planet import layer_registry  # noqa: E402
 from bayes_planet import yaml_config as _config  # noqa: E402
 
 # The metrics live in bayes_planet.uncertainty_metrics (re-exported here for the tests).
@@ -102,19 +103,9 @@ def load_diabetes_data(cfg, seed):
 
 
 # ---------------------------------------------------------------- models
-#: Model name → the Dense-compatible layer class (the only thing that differs).
-MODELS = {"deterministic": "Dense", "reparameterization": "DenseReparameterization",
-          "flipout": "DenseFlipout", "local_reparameterization": "DenseLocalReparameterization",
-          "variational_dropout": "DenseVariationalDropout"}
-
-
-def layer_classes():
-    """``MODELS`` resolved to classes (imports TensorFlow)."""
-    import bayes_planet.layers as bl
-    from bayes_planet._keras import keras
-
-    return {kind: keras.layers.Dense if kind == "deterministic" else getattr(bl, name)
-            for kind, name in MODELS.items()}
+#: The model names: the dense family's estimators (the layer class is the only thing
+#: that differs; `layer_registry.get('dense', model)`).
+MODELS = layer_registry.estimators("dense")
 
 
 def build_mlp(kind, input_dim, hidden, outputs, seed, dataset_size):
@@ -122,10 +113,7 @@ def build_mlp(kind, input_dim, hidden, outputs, seed, dataset_size):
     from bayes_planet._keras import keras
     from bayes_planet.layers import set_dataset_size
 
-    classes = layer_classes()
-    if kind not in classes:
-        raise ValueError(f"Unknown model. Expected one of {sorted(classes)}. Received: {kind!r}")
-    cls = classes[kind]
+    cls = layer_registry.get("dense", kind)
     seeded = (lambda i: {}) if kind == "deterministic" else (lambda i: {"seed": seed * 1000 + i})
     layers = [keras.Input((input_dim,))]
     for i, units in enumerate(hidden):

@@ -112,8 +112,8 @@ def _fit_and_predict(train_step, predict, train, x_test, cfg, rng, samples):
 def run_lstm(cfg, seed):
     import tensorflow as tf
 
+    from bayes_planet import layer_registry
     from bayes_planet._keras import keras
-    from bayes_planet.layers import recurrent
 
     rng = np.random.default_rng(seed)
     x_train, y_train = lstm_data(cfg, cfg["num_train"], rng)
@@ -125,9 +125,8 @@ def run_lstm(cfg, seed):
         if estimator == "deterministic":
             lstm = keras.layers.LSTMCell(cfg["units"])
         else:
-            cls = {"reparameterization": recurrent.LSTMCellReparameterization,
-                   "flipout": recurrent.LSTMCellFlipout}[estimator]
-            lstm = cls(cfg["units"], seed=seed, sampling=cfg["sampling"])
+            lstm = layer_registry.get("lstm_cell", estimator)(
+                cfg["units"], seed=seed, sampling=cfg["sampling"])
         output_layer = keras.layers.Dense(cfg["num_classes"])
         optimizer = keras.optimizers.Adam(cfg["learning_rate"])
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.layers import estimators
 from bayes_planet.layers.attention import (
@@ -22,7 +23,9 @@ from bayes_planet.layers.initializers import TrainableNormal
 from bayes_planet.layers.transformer import PositionEmbedding, TransformerBlock, build_transformer
 from bayes_planet.testing import run_layer_test
 
-MHAS = [MultiHeadAttentionReparameterization, MultiHeadAttentionFlipout]
+MHAS = [layer_registry.get("multi_head_attention", e)  # every registered one
+        for e in layer_registry.estimators("multi_head_attention")[1:]]
+EINSUMS = [layer_registry.get("einsum_dense", e) for e in layer_registry.estimators("einsum_dense")[1:]]
 PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
 
 
@@ -54,7 +57,7 @@ def _wide():
 
 # Contract ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("cls", [EinsumDenseReparameterization, EinsumDenseFlipout])
+@pytest.mark.parametrize("cls", EINSUMS)
 def test_einsum_dense_contract(cls):
     run_layer_test(cls, {"equation": "abc,cde->abde", "output_shape": (None, 2, 3),
                          "bias_axes": "de"}, (4, 5, 6),
@@ -147,7 +150,7 @@ def test_flipout_einsum_is_the_shared_estimator(equation, x_shape, out_shape):
     np.testing.assert_allclose(layer(x), expected, atol=1e-5)
 
 
-@pytest.mark.parametrize("cls", [EinsumDenseReparameterization, EinsumDenseFlipout])
+@pytest.mark.parametrize("cls", EINSUMS)
 def test_distribution_bias(cls):
     layer = cls("abc,cde->abde", (None, 2, 3), bias_axes="de",
                 bias_initializer="trainable_normal", bias_regularizer="normal_kl_divergence")

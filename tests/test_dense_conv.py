@@ -5,17 +5,20 @@ import pytest
 import tensorflow as tf
 
 import bayes_planet.layers as bl
+from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.testing import run_layer_test
 
-DENSE = [
-    bl.DenseReparameterization,
-    bl.DenseFlipout,
-    bl.DenseLocalReparameterization,
-    bl.DenseVariationalDropout,
-]
-CONV2D = [bl.Conv2DReparameterization, bl.Conv2DFlipout, bl.Conv2DLocalReparameterization]
-CONV1D = [bl.Conv1DReparameterization, bl.Conv1DFlipout]
+
+def _registered(family, sampling_only=False):
+    """The family's Bayesian classes in `layer_registry` (every one gets the contract)."""
+    return [layer_registry.get(family, e)
+            for e in layer_registry.estimators(family, sampling_only)[1:]]
+
+
+DENSE = _registered("dense")
+CONV2D = _registered("conv2d", sampling_only=True)
+CONV1D = _registered("conv1d", sampling_only=True)
 
 
 @pytest.mark.parametrize("cls", DENSE + [bl.DenseDVI], ids=lambda c: c.__name__)

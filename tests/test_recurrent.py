@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.layers import estimators
 from bayes_planet.layers.base import split_seed
@@ -21,12 +22,13 @@ from bayes_planet.layers.recurrent import (
 )
 from bayes_planet.testing import run_layer_test
 
-LSTMS = [LSTMCellReparameterization, LSTMCellFlipout]
-GRUS = [GRUCellReparameterization, GRUCellFlipout]
+# Every registered cell gets the contract; ESTIMATOR: cell class -> its estimator function.
+ESTIMATOR = {layer_registry.get(family, name): getattr(estimators, name)
+             for family in ("lstm_cell", "gru_cell")
+             for name in layer_registry.estimators(family)[1:]}
+LSTMS = [c for c in ESTIMATOR if issubclass(c, keras.layers.LSTMCell)]
+GRUS = [c for c in ESTIMATOR if issubclass(c, keras.layers.GRUCell)]
 CELLS = LSTMS + GRUS
-ESTIMATOR = {LSTMCellReparameterization: estimators.reparameterization,
-             GRUCellReparameterization: estimators.reparameterization,
-             LSTMCellFlipout: estimators.flipout, GRUCellFlipout: estimators.flipout}
 
 
 @keras.saving.register_keras_serializable(package="bayes_planet_tests")

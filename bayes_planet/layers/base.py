@@ -47,28 +47,37 @@ def check_positive_int(name, value):
     return int(value)
 
 
+def _posterior(weight):
+    """The posterior behind a layer weight, or None for a plain tensor or a posterior
+    acting as its mean (inside `posterior_mean`)."""
+    if isinstance(weight, DistributionInitializer) and not getattr(
+            weight, "_use_posterior_mean", False):
+        return weight
+    return None
+
+
 def moments(weight, dtype):
     """(loc, scale) of a layer weight cast to ``dtype``; scale is None if deterministic.
 
-    Inside `posterior_mean`, scale is None too: the weight acts as its mean.
+    A plain tensor, or a posterior inside `posterior_mean`, is its own mean (scale
+    None); otherwise the posterior's ``moments`` (`initializers.DistributionInitializer`;
+    raises `initializers.MomentsUnavailableError` for a posterior without them).
     """
-    if isinstance(weight, DistributionInitializer):
-        loc = weight.loc()
-        scale = None if getattr(weight, "_use_posterior_mean", False) else weight.scale()
-        return tf.cast(loc, dtype), None if scale is None else tf.cast(scale, dtype)
-    return tf.cast(weight, dtype), None
+    posterior = _posterior(weight)
+    if posterior is not None:
+        return posterior.moments(dtype)
+    return tf.cast(weight.loc() if isinstance(weight, DistributionInitializer) else weight,
+                   dtype), None
 
 
 def sample_weight(weight, seed, dtype, num_samples=1):
-    """``loc + scale * eps`` of a layer weight in ``dtype`` (``loc`` if deterministic).
-
-    One draw of the weight's shape, or ``num_samples`` stacked on a leading axis.
+    """One draw of a layer weight in ``dtype`` (its mean if deterministic): the posterior's
+    ``sample``, one draw of the weight's shape or ``num_samples`` on a leading axis.
     """
-    loc, scale = moments(weight, dtype)
-    if scale is None:
-        return loc
-    shape = tf.shape(loc) if num_samples == 1 else [num_samples, *loc.shape]
-    return loc + scale * standard_normal(shape, seed, dtype=dtype)
+    posterior = _posterior(weight)
+    if posterior is not None:
+        return posterior.sample(seed, dtype, num_samples)
+    return moments(weight, dtype)[0]
 
 
 class BayesianLayer:

@@ -390,9 +390,11 @@ class TrainableMultivariateNormal(DistributionInitializer):
     def scale(self):
         return tf.sqrt(tf.reduce_sum(tf.square(self.scale_tril()), -1))
 
-    def sample(self, seed):
-        eps = tf.random.stateless_normal(tf.shape(self.mean), seed=seed, dtype=self.mean.dtype)
-        return self.loc() + tf.linalg.matvec(self.scale_tril(), eps)
+    def sample(self, seed, dtype=None, num_samples=1):
+        shape = tf.shape(self.mean) if num_samples == 1 else [num_samples, *self.mean.shape]
+        eps = tf.random.stateless_normal(shape, seed=seed, dtype=self.mean.dtype)
+        value = self.loc() + tf.linalg.matvec(self.scale_tril(), eps)
+        return value if dtype is None else tf.cast(value, dtype)
 
     def distribution(self):
         return tfd.MultivariateNormalTriL(self.loc(), self.scale_tril())

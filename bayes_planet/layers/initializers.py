@@ -4,10 +4,31 @@ Bayesian Layers (Tran et al., 2019, Sec. 2.1) make uncertainty over weights a
 *distribution initializer*: where a Keras layer asks its initializer for a tensor,
 a Bayesian layer asks for a distribution. A `DistributionInitializer` is a Keras
 layer: ``build(shape, dtype)`` creates the variational parameters (always float32
-or the layer's variable dtype, never autocast), ``loc()``/``scale()`` return the
-moments, ``sample(seed)`` draws a reparameterized weight, and ``distribution()``
-returns the `tfp` distribution. Calling it as ``init(shape, dtype)`` builds it on
-first use and returns a `RandomVariable` over the weight.
+or the layer's variable dtype, never autocast), and ``distribution()`` returns the
+`tfp` distribution. Calling it as ``init(shape, dtype)`` builds it on first use and
+returns a `RandomVariable` over the weight.
+
+The posterior contract (what every estimator and KL regularizer calls; layers never
+sample a weight themselves):
+
+* ``loc()`` -- the mean of the weight (required). Inside
+  `bayes_planet.layers.posterior_mean` layers use it as the weight.
+* ``sample(seed, dtype=None, num_samples=1)`` -- a reparameterized draw of the whole
+  weight with a stateless ``[2]`` seed, in ``dtype`` (default: the parameters'), or
+  ``num_samples`` draws stacked on a leading axis. The reparameterization estimator
+  and the recurrent cells call it, so any posterior that can be sampled works there.
+* ``moments(dtype=None)`` -- ``(loc, scale)`` of a *factorized normal* posterior (per
+  entry), ``scale`` None for a point mass. Flipout, local reparameterization,
+  variational dropout, DenseDVI and the closed-form KL regularizers call it.
+
+A factorized normal (or point-mass) posterior implements ``loc()`` and ``scale()``
+(None for a point mass) and inherits ``moments``, ``sample`` (``loc + scale * eps``,
+``eps`` from `noise.standard_normal`), ``log_scale`` and ``distribution``. Any other
+posterior overrides ``sample`` and ``distribution`` and leaves ``scale``
+undefined: ``moments`` then raises `MomentsUnavailableError`, so the estimators and
+KLs that need closed-form moments fail with one line naming the posterior and what
+needed them (the reparameterization estimator still works; give it a KL regularizer
+of its own).
 
 String aliases (resolved by `get`): ``trainable_normal`` (default posterior),
 ``trainable_he_normal``, ``trainable_glorot_normal``, ``trainable_deterministic``
@@ -30,6 +51,7 @@ tfd = tfp.distributions
 __all__ = [
     "DistributionInitializer",
     "FixedNormal",
+    "MomentsUnavailableError",
     "TrainableDeterministic",
     "TrainableGlorotNormal",
     "TrainableHeNormal",
@@ -42,12 +64,16 @@ __all__ = [
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
+class MomentsUnavailableError(NotImplementedError):
+    """A posterior has no closed-form factorized moments ``(loc, scale)``."""
+
+
 class DistributionInitializer(keras.layers.Layer):
     """Base class: a Keras layer holding a distribution over one weight tensor.
 
-    Subclasses implement ``build(shape, dtype)`` and ``loc()``; stochastic ones also
-    ``scale()`` (return None for a point mass). ``sample(seed)`` is the
-    reparameterized draw ``loc + scale * eps`` with ``eps ~ N(0, I)``.
+    Subclasses implement ``build(shape, dtype)`` and ``loc()``; factorized normal ones
+    ``scale()`` too (None for a point mass), other posteriors ``sample`` and
+    ``distribution`` (see the module docstring for the contract).
     """
 
     def __init__(self, **kwargs):
@@ -72,23 +98,40 @@ class DistributionInitializer(keras.layers.Layer):
         self.built = True
 
     def loc(self):
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement loc().")
 
     def scale(self):
-        return None
+        """Per-entry stddev of a factorized normal posterior; None for a point mass."""
+        raise MomentsUnavailableError(
+            f"{type(self).__name__} has no closed-form factorized moments (loc, scale).")
+
+    def moments(self, dtype=None):
+        """``(loc, scale)`` in ``dtype`` (default: the parameters'); scale None for a point mass.
+
+        Raises `MomentsUnavailableError` if the posterior is not factorized normal.
+        """
+        loc, scale = self.loc(), self.scale()
+        if dtype is None:
+            return loc, scale
+        return tf.cast(loc, dtype), None if scale is None else tf.cast(scale, dtype)
 
     def log_scale(self):
         """``log(scale())``; subclasses with a log-space parameter return it for free."""
         scale = self.scale()
         return None if scale is None else tf.math.log(scale)
 
-    def sample(self, seed):
-        """Reparameterized sample of the weight with a stateless ``[2]`` seed."""
-        loc, scale = self.loc(), self.scale()
+    def sample(self, seed, dtype=None, num_samples=1):
+        """Reparameterized draw(s) of the weight with a stateless ``[2]`` seed.
+
+        ``loc + scale * eps`` with ``eps ~ N(0, I)`` (`noise.standard_normal`) in
+        ``dtype``: one draw of the weight's shape, or ``num_samples`` stacked on a
+        leading axis. A point mass returns ``loc`` (no sample axis).
+        """
+        loc, scale = self.moments(dtype)
         if scale is None:
             return loc
-        eps = standard_normal(tf.shape(loc), seed, dtype=loc.dtype)
-        return loc + scale * eps
+        shape = tf.shape(loc) if num_samples == 1 else [num_samples, *loc.shape]
+        return loc + scale * standard_normal(shape, seed, dtype=loc.dtype)
 
     def distribution(self):
         """The `tfp` distribution over the whole weight tensor (event = weight shape)."""
@@ -208,6 +251,9 @@ class TrainableDeterministic(DistributionInitializer):
 
     def loc(self):
         return tf.convert_to_tensor(self.point)
+
+    def scale(self):
+        return None
 
     def get_config(self):
         config = super().get_config()

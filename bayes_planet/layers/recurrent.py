@@ -42,10 +42,8 @@ from bayes_planet.layers import estimators, initializers, regularizers
 from bayes_planet.layers.base import (
     BayesianLayer,
     check_positive_int,
-    moments,
     sample_weight,
     split_seed,
-    standard_normal,
 )
 from bayes_planet.layers.initializers import DistributionInitializer
 
@@ -135,13 +133,34 @@ def _add_bias(z, bias):
     return _grouped(lambda a, b: a + b[:, None, :], z, bias)
 
 
+def _draw_weight(estimator, weight, seed, dtype, num_samples):
+    """One draw of a cell weight for ``estimator``, held by the steps of a sequence.
+
+    Reparameterization: ``{'value'}``, the posterior's sample. Flipout: ``{'loc',
+    'delta', 'in_seed', 'out_seed'}`` from `estimators.flipout_perturbation` (the same
+    draws as `estimators.flipout` for the seed); the signs are drawn from their seeds.
+    """
+    if estimator is estimators.reparameterization:
+        return {"value": sample_weight(weight, seed, dtype, num_samples)}
+    if estimator is estimators.flipout:
+        loc, delta, in_seed, out_seed = estimators.flipout_perturbation(
+            weight, seed, dtype, num_samples)
+        return {"loc": loc, "delta": delta, "in_seed": in_seed, "out_seed": out_seed}
+    name = getattr(estimator, "__name__", estimator)
+    raise ValueError("Expected a recurrent cell estimator that draws a weight sample a "
+                     "sequence can hold (reparameterization or flipout). "
+                     f"Received: _estimator={name!r}")
+
+
 class _BayesianCell(BayesianLayer):
     """Shared sampling machinery of the Bayesian cells (mixed in before the Keras cell).
 
-    Subclasses set ``_flipout`` and ``_weight_names``.
+    Subclasses set ``_estimator`` (as the other families do: an estimator of
+    `estimators`, here one that draws a weight sample a sequence can hold:
+    ``reparameterization`` or ``flipout``) and ``_weight_names``.
     """
 
-    _flipout = False
+    _estimator = staticmethod(estimators.reparameterization)
     _weight_names = ("kernel", "recurrent_kernel")
 
     def __init__(self, units, kernel_initializer="trainable_normal",
@@ -249,19 +268,8 @@ class _BayesianCell(BayesianLayer):
         *weight_seeds, bias_seed = split_seed(seed, len(self._weight_names) + 1)
         weights = {}
         for name, wseed in zip(self._weight_names, weight_seeds, strict=True):
-            weight = getattr(self, name)
-            if not self._flipout:
-                weights[name] = {"value": sample_weight(weight, wseed, dtype, num_samples)}
-                continue
-            # Same seed split and draws as `estimators.flipout`.
-            eps_seed, in_seed, out_seed = split_seed(wseed, 3)
-            loc, scale = moments(weight, dtype)
-            delta = None
-            if scale is not None:
-                shape = tf.shape(loc) if num_samples == 1 else [num_samples, *loc.shape]
-                delta = scale * standard_normal(shape, eps_seed, dtype=dtype)
-            weights[name] = {"loc": loc, "delta": delta, "in_seed": in_seed,
-                             "out_seed": out_seed}
+            weights[name] = _draw_weight(self._estimator, getattr(self, name), wseed, dtype,
+                                         num_samples)
         bias = None
         if self.use_bias:
             bias = sample_weight(self.bias, bias_seed, dtype, num_samples)
@@ -272,10 +280,8 @@ class _BayesianCell(BayesianLayer):
         return sample
 
     def _draw_signs(self, sample, batch_size):
-        if not self._flipout:
-            return
         for w in sample.weights.values():
-            if w["delta"] is not None and "in_sign" not in w:
+            if w.get("delta") is not None and "in_sign" not in w:
                 w["in_sign"] = estimators.rademacher(
                     tf.stack([batch_size, w["loc"].shape[0]]), w["in_seed"], self.compute_dtype)
                 w["out_sign"] = estimators.rademacher(
@@ -479,7 +485,7 @@ class LSTMCellReparameterization(_BayesianLSTMCell):
     ``seed`` and ``sampling``.
     """
 
-    _flipout = False
+    _estimator = staticmethod(estimators.reparameterization)
 
 
 @_register
@@ -494,7 +500,7 @@ class LSTMCellFlipout(_BayesianLSTMCell):
     ``sampling``.
     """
 
-    _flipout = True
+    _estimator = staticmethod(estimators.flipout)
 
 
 @_register
@@ -508,7 +514,7 @@ class GRUCellReparameterization(_BayesianGRUCell):
     ``seed`` and ``sampling``.
     """
 
-    _flipout = False
+    _estimator = staticmethod(estimators.reparameterization)
 
 
 @_register
@@ -523,7 +529,7 @@ class GRUCellFlipout(_BayesianGRUCell):
     ``sampling``.
     """
 
-    _flipout = True
+    _estimator = staticmethod(estimators.flipout)
 
 
 # `keras.layers.RNN.get_config` nests the cell with its bare class name, which the

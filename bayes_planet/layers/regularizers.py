@@ -8,7 +8,9 @@ the data loss. Scaling matters: the ELBO per training example is
 `set_dataset_size(model, N)` sets it on every regularizer in a built model.
 
 Each regularizer accepts a `DistributionInitializer` (fast path: closed forms on its
-``loc()``/``scale()``), a `RandomVariable` or a `tfp` distribution.
+``moments()``, the posterior contract of `initializers`), a `RandomVariable` or a
+`tfp` distribution. A posterior without closed-form factorized moments gets a
+one-line ``TypeError``: it needs a KL regularizer of its own.
 """
 
 import math
@@ -19,7 +21,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers._registry import resolve
-from bayes_planet.layers.initializers import DistributionInitializer
+from bayes_planet.layers.initializers import DistributionInitializer, MomentsUnavailableError
 from bayes_planet.layers.random_variable import RandomVariable
 
 tfd = tfp.distributions
@@ -43,7 +45,12 @@ _register = keras.saving.register_keras_serializable(package="bayes_planet")
 def _moments(x):
     """(loc, scale) of a factorized normal or point mass; scale None for a point mass."""
     if isinstance(x, DistributionInitializer):
-        return x.loc(), x.scale()
+        try:
+            return x.moments()
+        except MomentsUnavailableError as e:
+            raise TypeError(
+                "Expected a posterior with closed-form factorized moments for this KL "
+                f"regularizer. Received: {type(x).__name__} (weight {x.name!r})") from e
     return _distribution_moments(x)
 
 

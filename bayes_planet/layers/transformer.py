@@ -14,9 +14,8 @@ import zlib
 
 import tensorflow as tf
 
+from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.layers import attention as attention_lib
-from bayes_planet.layers import dense as dense_lib
 from bayes_planet.layers import regularizers
 from bayes_planet.layers.base import check_positive_int
 
@@ -24,20 +23,13 @@ __all__ = ["PositionEmbedding", "TransformerBlock", "build_transformer"]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
-ATTENTION_ESTIMATORS = {
-    "deterministic": keras.layers.MultiHeadAttention,
-    "reparameterization": attention_lib.MultiHeadAttentionReparameterization,
-    "flipout": attention_lib.MultiHeadAttentionFlipout,
-}
-FEED_FORWARD_ESTIMATORS = {
-    "deterministic": keras.layers.Dense,
-    "reparameterization": dense_lib.DenseReparameterization,
-    "flipout": dense_lib.DenseFlipout,
-    "local_reparameterization": dense_lib.DenseLocalReparameterization,
-}
+# The registry families of the attention and the feed-forward layers (their estimators
+# are the choices of ``attention`` and ``feed_forward``).
+ATTENTION_FAMILY, FEED_FORWARD_FAMILY = "multi_head_attention", "dense"
 
 
-def _choice(name, value, options):
+def _choice(name, value, family):
+    options = layer_registry.estimators(family, sampling_only=True)
     if value not in options:
         raise ValueError(f"Expected {name} in {sorted(options)}. Received: {name}={value!r}")
     return value
@@ -82,8 +74,8 @@ class TransformerBlock(keras.layers.Layer):
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.key_dim = check_positive_int("key_dim", key_dim)
         self.ff_dim = check_positive_int("ff_dim", ff_dim)
-        self.attention = _choice("attention", attention, ATTENTION_ESTIMATORS)
-        self.feed_forward = _choice("feed_forward", feed_forward, FEED_FORWARD_ESTIMATORS)
+        self.attention = _choice("attention", attention, ATTENTION_FAMILY)
+        self.feed_forward = _choice("feed_forward", feed_forward, FEED_FORWARD_FAMILY)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"Expected 0 <= dropout < 1. Received: dropout={dropout}")
         self.dropout = float(dropout)
@@ -106,8 +98,8 @@ class TransformerBlock(keras.layers.Layer):
                       "dropout": self.dropout, "dtype": self.dtype_policy, "name": "attention"}
         if self.attention != "deterministic":
             att_kwargs.update(seed=_sub_seed(self.seed, "attention"), **self._prior())
-        self.attention_layer = ATTENTION_ESTIMATORS[self.attention](**att_kwargs)
-        dense_cls = FEED_FORWARD_ESTIMATORS[self.feed_forward]
+        self.attention_layer = layer_registry.get(ATTENTION_FAMILY, self.attention)(**att_kwargs)
+        dense_cls = layer_registry.get(FEED_FORWARD_FAMILY, self.feed_forward)
 
         def dense(units, name, activation=None):
             kwargs = {"activation": activation, "dtype": self.dtype_policy, "name": name}

@@ -1,0 +1,134 @@
+"""The one registry of layer classes by family and estimator.
+
+``get(family, estimator)`` returns the layer class: ``get('dense', 'flipout')`` is
+`bayes_planet.layers.DenseFlipout`, and the estimator ``'deterministic'`` of every
+family is its Keras twin (``get('dense', 'deterministic')`` is ``keras.layers.Dense``).
+``estimators(family)`` lists a family's estimator names, deterministic first. The
+agent's config, the RSSM, the Transformer, the experiments and the benchmarks read
+their estimator choices here, so a new estimator or layer family touches its own
+file, this table and its tests.
+
+Families are the layer types: ``'dense'``, ``'conv1d'``, ``'conv2d'``,
+``'einsum_dense'``, ``'multi_head_attention'``, ``'lstm_cell'``, ``'gru_cell'``.
+Estimators are the ways a family's weights are sampled (`bayes_planet.layers.estimators`)
+or, for ``'variational_dropout'``, a whole recipe (its own prior; it samples only with
+``training=True`` and prunes at inference), which ``estimators(family,
+sampling_only=True)`` leaves out for callers that call layers without ``training``.
+
+Importing this module does not import TensorFlow (the agent's config reads it);
+`get` imports the layer library.
+"""
+
+import importlib
+
+__all__ = ["estimators", "families", "get", "register", "unregister"]
+
+#: family -> (its Keras twin in ``keras.layers``,
+#:            {estimator: "module.Class" in ``bayes_planet.layers``, imported by `get`}).
+_FAMILIES = {
+    "dense": ("Dense", {
+        "reparameterization": "dense.DenseReparameterization",
+        "flipout": "dense.DenseFlipout",
+        "local_reparameterization": "dense.DenseLocalReparameterization",
+        "variational_dropout": "dense.DenseVariationalDropout",
+    }),
+    "conv1d": ("Conv1D", {
+        "reparameterization": "conv.Conv1DReparameterization",
+        "flipout": "conv.Conv1DFlipout",
+        "variational_dropout": "conv.Conv1DVariationalDropout",
+    }),
+    "conv2d": ("Conv2D", {
+        "reparameterization": "conv.Conv2DReparameterization",
+        "flipout": "conv.Conv2DFlipout",
+        "local_reparameterization": "conv.Conv2DLocalReparameterization",
+        "variational_dropout": "conv.Conv2DVariationalDropout",
+    }),
+    "einsum_dense": ("EinsumDense", {
+        "reparameterization": "attention.EinsumDenseReparameterization",
+        "flipout": "attention.EinsumDenseFlipout",
+    }),
+    "multi_head_attention": ("MultiHeadAttention", {
+        "reparameterization": "attention.MultiHeadAttentionReparameterization",
+        "flipout": "attention.MultiHeadAttentionFlipout",
+    }),
+    "lstm_cell": ("LSTMCell", {
+        "reparameterization": "recurrent.LSTMCellReparameterization",
+        "flipout": "recurrent.LSTMCellFlipout",
+    }),
+    "gru_cell": ("GRUCell", {
+        "reparameterization": "recurrent.GRUCellReparameterization",
+        "flipout": "recurrent.GRUCellFlipout",
+    }),
+}
+DETERMINISTIC = "deterministic"
+#: Estimators that are whole recipes (own prior, ``training``-dependent call).
+_RECIPES = ("variational_dropout",)
+
+
+def families():
+    """The registered family names."""
+    return tuple(_FAMILIES)
+
+
+def _family(family):
+    if family not in _FAMILIES:
+        raise ValueError(f"Unknown layer family. Expected one of {list(_FAMILIES)}. "
+                         f"Received: family={family!r}")
+    return _FAMILIES[family]
+
+
+def estimators(family, sampling_only=False):
+    """The estimator names of ``family``, ``'deterministic'`` first, in registration order.
+
+    ``sampling_only=True`` leaves out the recipes (``'variational_dropout'``).
+    """
+    twin, classes = _family(family)
+    names = ((DETERMINISTIC,) if twin else ()) + tuple(classes)
+    return tuple(n for n in names if not (sampling_only and n in _RECIPES))
+
+
+def get(family, estimator):
+    """The layer class of ``family`` with ``estimator`` (the Keras twin for 'deterministic')."""
+    twin, classes = _family(family)
+    if estimator == DETERMINISTIC and twin:
+        from bayes_planet._keras import keras
+
+        return getattr(keras.layers, twin)
+    if estimator not in classes:
+        raise ValueError(f"Unknown estimator for the {family!r} family. Expected one of "
+                         f"{list(estimators(family))}. Received: estimator={estimator!r}")
+    cls = classes[estimator]
+    if isinstance(cls, str):
+        module, name = cls.rsplit(".", 1)
+        cls = getattr(importlib.import_module(f"bayes_planet.layers.{module}"), name)
+    return cls
+
+
+def register(family, estimator, cls):
+    """Adds ``cls`` as ``family``'s ``estimator`` (e.g. a layer defined outside the library).
+
+    A new family (``family`` not yet known) needs ``cls`` to be its first estimator and has
+    no Keras twin under 'deterministic' until it is written into the table above.
+    """
+    if not isinstance(estimator, str) or not estimator or estimator == DETERMINISTIC:
+        raise ValueError("Expected a new estimator name (not 'deterministic'). "
+                         f"Received: estimator={estimator!r}")
+    if not isinstance(cls, type):
+        raise TypeError(f"Expected a layer class. Received: cls={cls!r}")
+    _, classes = _FAMILIES.setdefault(family, (None, {}))
+    if estimator in classes:
+        raise ValueError(f"Estimator {estimator!r} of the {family!r} family is already "
+                         f"registered. Received: cls={cls.__name__}")
+    classes[estimator] = cls
+    return cls
+
+
+def unregister(family, estimator):
+    """Removes an estimator added with `register` (the table's own entries stay)."""
+    twin, classes = _family(family)
+    if not isinstance(classes.get(estimator), type):
+        raise ValueError(f"Expected an estimator added with register(). "
+                         f"Received: family={family!r}, estimator={estimator!r}")
+    del classes[estimator]
+    if twin is None and not classes:
+        del _FAMILIES[family]
