@@ -34,11 +34,39 @@ BENIGN = tuple(re.compile(p) for p in (
 ))
 
 
+class _LineFilter:
+    """A text stream that drops whole lines matching a pattern and passes the rest on."""
+
+    def __init__(self, stream, patterns):
+        self._stream, self._patterns, self._pending = stream, patterns, ""
+
+    def write(self, text):
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            if not any(p.search(line) for p in self._patterns):
+                self._stream.write(line + "\n")
+        return len(text)
+
+    def flush(self):
+        if self._pending:  # A last line without a newline is not held back.
+            self.write("\n")
+            self._pending = ""
+        self._stream.flush()
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
 @contextlib.contextmanager
 def filtered_stderr(patterns=BENIGN):
-    """Within the block, lines written to fd 2 that match a pattern are dropped; the rest
-    are forwarded to the real standard error line by line, as they are written."""
-    sys.stderr.flush()
+    """Within the block, lines written to standard error that match a pattern are dropped;
+    the rest are passed on as they are written. Both levels are filtered: file descriptor 2
+    (TensorFlow's C++ logging) and Python's ``sys.stderr`` (gym's ``print``), which are the
+    same file in a plain process but not where ``sys.stderr`` was replaced (pytest, IDEs)."""
+    python_stderr = sys.stderr
+    sys.stderr = _LineFilter(python_stderr, patterns)
+    python_stderr.flush()
     read_end, write_end = os.pipe()
     real = os.dup(2)
     os.dup2(write_end, 2)
@@ -57,6 +85,7 @@ def filtered_stderr(patterns=BENIGN):
         yield
     finally:
         sys.stderr.flush()
+        sys.stderr = python_stderr
         os.dup2(real, 2)  # Closes the pipe's last write end: the forwarder sees EOF.
         thread.join(timeout=10)
         os.close(real)

@@ -44,6 +44,17 @@ def check_config(config):
     return config
 
 
+def _check_episode_fits(config, env):
+    """Training chunks must fit in an episode: ``train.chunk_length`` <= the env's decisions
+    per episode (``env.episode_length`` // action repeat). One-line `RunError` otherwise."""
+    steps = getattr(env, "max_steps", None)
+    if steps is not None and config.train.chunk_length > steps:
+        raise RunError(
+            f"Expected train.chunk_length <= {steps}, the decisions per episode "
+            f"(env.episode_length={env.episode_length} // action repeat {env.action_repeat}). "
+            f"Received: train.chunk_length={config.train.chunk_length}")
+
+
 class Agent:
     """A (Bayesian) PlaNet agent over a run directory opened for writing or reading.
 
@@ -84,17 +95,18 @@ class Agent:
             task = self.strategy.cluster_resolver
             logdir = pathlib.Path(logdir) / f"{task.task_type}_{task.task_id}"
             self.worker = 1 + task.task_id
-        self.run = Run(logdir, c, read_only=read_only, say=say)
-        self.logdir = self.run.logdir
         tf.config.experimental.enable_op_determinism()
         size = (c.env.image_size, c.env.image_size)
         make = lambda: envs.make(c.task, obs_type=c.obs_type, seed=0,  # noqa: E731
                                  action_repeat=c.env.action_repeat, size=size,
                                  episode_length=c.env.episode_length)
-        env, eval_env = make(), make()  # Reseeded before every episode.
+        try:
+            env, eval_env = make(), make()  # Reseeded before every episode.
+        except (ValueError, TypeError) as e:  # The environment refuses the config: one line.
+            raise RunError(f"task={c.task!r}: {str(e).strip().splitlines()[0]}") from None
+        _check_episode_fits(c, env)
         obs_shape = env.observation_spec()[next(iter(env.observation_spec()))].shape
         action_size = env.action_spec().shape[0]
-        self.replay = EpisodeReplay(self.run.episodes_dir(), read_only=read_only)
         tf.keras.utils.set_random_seed(seeds.int_seed(c.seed, "weights"))
         self.model = WorldModel(c, obs_shape, action_size, strategy=self.strategy)
         with self.strategy.scope():
@@ -106,6 +118,10 @@ class Agent:
         self.checkpoint = tf.train.Checkpoint(
             model=self.model, optimizer=self.model.optimizer, updates=self.updates,
             nonfinite=self.nonfinite, nonfinite_in_a_row=self.nonfinite_in_a_row)
+        # Everything above only checks and builds; the run directory is touched from here on.
+        self.run = Run(logdir, c, read_only=read_only, say=say)
+        self.logdir = self.run.logdir
+        self.replay = EpisodeReplay(self.run.episodes_dir(), read_only=read_only)
         if not read_only:
             self.run.discard_uncommitted(self.replay.num_episodes)
         self.restored = self.run.restore(self.checkpoint, self.state_variables(),

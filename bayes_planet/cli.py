@@ -11,6 +11,7 @@ Errors in arguments are reported as one-line messages, not tracebacks.
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
 
 import argparse
+import errno
 import pathlib
 import sys
 
@@ -57,10 +58,13 @@ def _eval(args):
 
     from bayes_planet import envs
     from bayes_planet.agent import Agent
+    from bayes_planet.run import check_logdir, check_output_dir
 
     if args.video and not args.out:
         raise ValueError("eval --video needs --out DIR (eval never writes into the run). "
                          "Received: --out=None")
+    if args.video:  # Checked before any episode is collected.
+        check_output_dir("--out", args.out, check_logdir(args.logdir))
     agent = Agent(args.logdir, read_only=True)
     collector = agent.collector
     returns = []
@@ -120,7 +124,8 @@ def build_parser():
     probe.add_argument("--logdir", required=True)
     probe.add_argument("--episodes", type=_positive_int, default=5,
                        help="fresh held-out test episodes (eval policy, eval environment)")
-    probe.add_argument("--out", default=None, help="output folder (default LOGDIR/probe)")
+    probe.add_argument("--out", default=None,
+                       help="output folder outside the run (default: LOGDIR.probe beside it)")
     probe.add_argument("--train-episodes", type=_positive_int, default=None,
                        help="probe training episodes (default: replay's last 100, or 20 fresh)")
     probe.add_argument("--train-source", choices=("replay", "fresh"), default="replay")
@@ -144,21 +149,42 @@ def build_parser():
     return parser
 
 
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
 def main(argv=None):
-    """Runs a command; returns the exit status (0; 2 for a user error; 1 for a diverged run)."""
+    """Runs a command; returns the exit status (0; 2 for a user error or a full disk; 1 for a
+    diverged run; 130 when interrupted)."""
     args = build_parser().parse_args(argv)
+    say = lambda text: print(f"bayes-planet {args.command}: {text}", file=sys.stderr)  # noqa: E731
     try:
         args.func(args)
+    except KeyboardInterrupt:
+        say("interrupted" + ("; run the same command again to resume (what was committed is "
+                             "kept)" if args.command == "train" else ""))
+        return 130
     except (ValueError, TypeError, FileNotFoundError, KeyError) as e:
-        print(f"bayes-planet {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        say(f"error: {_one_line(e)}")
+        return 2
+    except OSError as e:
+        if e.errno not in _NO_SPACE:
+            raise
+        say(f"error: no space left on the device ({e.filename or e.strerror}); free some and "
+            "run the same command again")
         return 2
     except RuntimeError as e:
         from bayes_planet.run import NonFiniteError
 
         if not isinstance(e, NonFiniteError):
             raise
-        print(f"bayes-planet {args.command}: error: {_one_line(e)}", file=sys.stderr)
+        say(f"error: {_one_line(e)}")
         return 1
+    except Exception as e:  # noqa: BLE001 (TensorFlow reports a full disk as its own error)
+        if type(e).__name__ != "ResourceExhaustedError" or "space" not in str(e).lower():
+            raise
+        say(f"error: no space left on the device ({_one_line(e)}); free some and run the "
+            "same command again")
+        return 2
     return 0
 
 

@@ -65,8 +65,15 @@ def upgrade(data):
     * before the planner was chosen by name (``planner.name``), the CEM settings lay directly
       in ``planner``: ``planner: {candidates, top_k, iterations, ...}`` becomes
       ``planner: {name: cem, cem: {candidates, top_k, iterations}, ...}``.
+    * before ``model.weight_prior`` existed, the transition's prior was N(0, s²): a model
+      section without the key gets ``weight_prior: normal`` (not today's default).
+
+    Any other missing key is damage, refused by `read`.
     """
     data = copy.deepcopy(data)
+    model = data.get("model")
+    if isinstance(model, dict) and "weight_prior_stddev" in model and "weight_prior" not in model:
+        model["weight_prior"] = "normal"
     planner = data.get("planner")
     if isinstance(planner, dict) and "name" not in planner and "cem" not in planner:
         old = {key: planner.pop(key) for key in _OLD_CEM_KEYS if key in planner}
@@ -152,6 +159,9 @@ def validate(config):
     if data["train"]["chunk_length"] > data["env"]["episode_length"]:
         fail("train.chunk_length", f"at most env.episode_length={data['env']['episode_length']}",
              data["train"]["chunk_length"])
+    if data["obs_type"] == "pixels" and data["env"]["image_size"] != 64:
+        fail("env.image_size", "64 for pixel observations (the world model's convolutional "
+             "encoder and decoder are PlaNet's, for 64x64 images)", data["env"]["image_size"])
     if data["train"]["seed_episodes"] > data["train"]["episodes"]:
         fail("train.seed_episodes", f"at most train.episodes={data['train']['episodes']}",
              data["train"]["seed_episodes"])

@@ -323,7 +323,7 @@ def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     Args:
       logdir: a ``bayes-planet train`` run directory (config.yaml, checkpoints/, episodes/).
       episodes: fresh held-out test episodes to collect (ignored if ``test_episodes`` has some).
-      out: output folder (default ``<logdir>/probe``).
+      out: output folder, outside the run (default: its sibling ``<logdir>.probe``).
       train_episodes: probe training episodes: the most recent ones of the replay (default
         all, at most 100) or how many fresh ones to collect (default 20).
       train_source: ``'replay'`` (falls back to ``'fresh'`` if the replay has no physics)
@@ -340,9 +340,13 @@ def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     """
     from bayes_planet.agent import Agent
     from bayes_planet.layers import posterior_mean
+    from bayes_planet.run import check_logdir, check_output_dir
 
-    logdir = pathlib.Path(logdir)
-    out = pathlib.Path(out) if out else logdir / "probe"
+    logdir = check_logdir(logdir)
+    # Readers never write into the run: the default output is its sibling ``<logdir>.probe``.
+    out = check_output_dir("out", out or logdir.with_name(logdir.name + ".probe"), logdir)
+    if test_episodes is not None:
+        test_episodes = check_output_dir("test_episodes", test_episodes, logdir)
     if train_source not in ("replay", "fresh"):
         raise ValueError(f"Expected train_source 'replay' or 'fresh'. Received: {train_source!r}")
     if weights not in WEIGHTS:

@@ -202,6 +202,11 @@ class EpisodeReplay:
             os.makedirs(self._directory, exist_ok=True)
             self._remove_stale_temp_files()
         files = self._episode_files()
+        missing = sorted(set(range(len(files) and files[-1][0] + 1)) - {f[0] for f in files})
+        if missing:  # Episodes are numbered 0, 1, ... without gaps: a lost file is damage.
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            raise ValueError(f"{self._directory} lacks the files of episodes {shown} (of "
+                             f"0..{files[-1][0]}): the episode store is damaged")
         self._next_index = files[-1][0] + 1 if files else 0
         if max_episodes is not None:
             files = files[-max_episodes:]

@@ -5,14 +5,16 @@
 scripts). `bayes_planet.agent.Agent` opens the `Run` and assembles what lives in it. The layout::
 
     <logdir>/config.yaml        the merged config, written atomically (tmp file + os.replace)
-    <logdir>/.lock              held (fcntl.flock) by the one writer; holds its pid
+    <logdir>/.lock              the pid of the one writer, which holds an fcntl.flock on <logdir>
+                                itself (deleting this file does not release it)
     <logdir>/episodes/*.npz     every collected episode (`EpisodeReplay`): the truth of progress
     <logdir>/checkpoints/ckpt-NNNNNN/   model, optimizer and counters after NNNNNN episodes
     <logdir>/metrics.jsonl      one JSON row per collected episode (valid JSON, no NaN)
     <logdir>/events.*, videos/, learning_curve.png
 
 Guarantees (what a writer does when it opens, in this order; `Agent` validates the whole
-config, types, ranges and the task, before it opens the `Run`):
+config, types, ranges, the task and the model's fit to the environment, before it opens the
+`Run`, so a refused config writes nothing):
 
 * an exclusive lock: a second writer on the same logdir gets `RunLockedError` and writes nothing;
 * the config is written atomically, or compared with the one on disk (a different one is refused;
@@ -23,8 +25,10 @@ config, types, ranges and the task, before it opens the `Run`):
   metrics row, so a checkpoint numbered beyond the episodes on disk, and metrics rows beyond
   them, are removed and the episode is redone (identically: every random stream is named,
   `bayes_planet.seeds`);
+* a run that lost data is refused with one line naming it, before anything is written: a
+  ``config.yaml`` that lacks keys, a metrics row or an episode file missing in the middle;
 * the latest *readable and finite* checkpoint is restored (`restore`); an unreadable one is
-  reported and an older one used. Checkpoints are written once (to a temporary folder renamed
+  reported and an older one used (a writer removes it: the rerun redoes and saves it). Checkpoints are written once (to a temporary folder renamed
   into place), never rewritten, numbered by the episodes collected, and never hold non-finite
   values.
 
@@ -54,6 +58,8 @@ __all__ = [
     "Run",
     "RunError",
     "RunLockedError",
+    "check_logdir",
+    "check_output_dir",
     "json_row",
     "read_config",
     "read_metrics",
@@ -143,6 +149,33 @@ def _diff(a, b, prefix=""):
     return "; ".join(out)
 
 
+def check_logdir(logdir):
+    """``logdir`` as a path; a one-line `RunError` for an empty one (it would mean the current
+    directory) or a path that exists and is not a directory."""
+    if logdir is None or not str(logdir).strip():
+        raise RunError(f"Expected a run directory. Received: logdir={logdir!r}")
+    logdir = pathlib.Path(logdir)
+    if logdir.exists() and not logdir.is_dir():
+        raise RunError(f"Expected a directory. Received: logdir={str(logdir)!r} is a file")
+    return logdir
+
+
+def check_output_dir(name, path, run_dir):
+    """An output folder of a reader (``eval --out``, ``probe --out``), checked before any work:
+    not empty, a directory if it exists, and outside the run (readers never write into it).
+    Returns it as a path; one-line `RunError` naming ``name`` otherwise."""
+    if path is None or not str(path).strip():
+        raise RunError(f"Expected a directory. Received: {name}={path!r}")
+    path = pathlib.Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunError(f"Expected a directory. Received: {name}={str(path)!r} is a file")
+    run_dir = pathlib.Path(run_dir).resolve()
+    if path.resolve() == run_dir or run_dir in path.resolve().parents:
+        raise RunError(f"Expected a folder outside the run {str(run_dir)!r} (readers never "
+                       f"write into it). Received: {name}={str(path)!r}")
+    return path
+
+
 def read_config(logdir):
     """The config of the run in ``logdir`` (``config.yaml``, migrated and validated by
     `bayes_planet.config.read`); one-line `RunError` if there is no readable run."""
@@ -177,7 +210,7 @@ class Run:
     """
 
     def __init__(self, logdir, config, read_only=False, say=None):
-        self.logdir, self.config = pathlib.Path(logdir), config
+        self.logdir, self.config = check_logdir(logdir), config
         self.read_only = bool(read_only)
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
         self._lock = None
@@ -193,19 +226,28 @@ class Run:
             raise RunError(f"Expected a directory. Received: logdir={str(logdir)!r} is a file")
         try:
             logdir.mkdir(parents=True, exist_ok=True)
-            fd = os.open(logdir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+            # The lock is on the directory itself, which cannot be deleted from under a running
+            # trainer (a lock file could: a second trainer would then lock a new one).
+            fd = os.open(logdir, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as e:
             raise RunError(f"cannot write to logdir {str(logdir)!r}: {e.strerror}") from None
+        pid_file = logdir / ".lock"  # Who holds it, for the message.
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
             os.close(fd)
+            try:
+                holder = pid_file.read_text(errors="replace").strip()
+            except OSError:
+                holder = ""
             raise RunLockedError(
                 f"logdir {str(logdir)!r} is in use by another trainer (pid {holder or '?'}); "
                 "wait for it to finish or use another --logdir") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            pid_file.write_text(f"{os.getpid()}\n")
+        except OSError as e:
+            os.close(fd)
+            raise RunError(f"cannot write to logdir {str(logdir)!r}: {e.strerror}") from None
         self._lock = fd
         for temp in logdir.glob(".*.tmp.*"):  # Config/metrics temp files of killed writers.
             temp.unlink(missing_ok=True)
@@ -239,24 +281,24 @@ class Run:
         docstring)."""
         if self.read_only:
             raise RunError(f"run {self.logdir} is open read-only")
-        for number, path in self.checkpoints():
-            if number > committed:
-                shutil.rmtree(path, ignore_errors=True)
         path = self.logdir / "metrics.jsonl"
-        if path.exists():
-            text = path.read_text()
-            rows, seen = [], set()
-            for row in _parse_rows(text):
-                if row["episode"] <= committed and row["episode"] not in seen:
-                    rows.append(row)
-                    seen.add(row["episode"])
-            clean = "".join(json_row(r) + "\n" for r in rows)
-            if clean != text:
-                _atomic_write(path, clean)
-            missing = sorted(set(range(1, committed + 1)) - seen)
-            if missing:
-                self.say(f"warning: episodes {missing} of {self.logdir} have no metrics row "
-                         "(written by an older version?)")
+        text = path.read_text() if path.exists() else ""
+        rows, seen = [], set()
+        for row in _parse_rows(text):
+            if row["episode"] <= committed and row["episode"] not in seen:
+                rows.append(row)
+                seen.add(row["episode"])
+        missing = sorted(set(range(1, committed + 1)) - seen)
+        if missing:  # A row is written before its episode is committed: a lost row is damage.
+            shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+            raise RunError(f"{path} lacks the rows of episodes {shown} that {self.logdir}/episodes "
+                           "holds: the run is damaged; restore the file or use a new --logdir")
+        for number, folder in self.checkpoints():
+            if number > committed:
+                shutil.rmtree(folder, ignore_errors=True)
+        clean = "".join(json_row(r) + "\n" for r in rows)
+        if clean != text:
+            _atomic_write(path, clean)
 
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoints(self):
@@ -291,8 +333,13 @@ class Run:
                 if bad:
                     raise ValueError(f"non-finite values in {bad[0]}")
             except Exception as e:  # noqa: BLE001 (any unreadable file: OpError, IndexError, ...)
-                self.say(f"warning: checkpoint {path} is unreadable ({_one_line(e)}); "
-                         "falling back to an older one")
+                if self.read_only:
+                    self.say(f"warning: checkpoint {path} is unreadable ({_one_line(e)}); "
+                             "falling back to an older one")
+                else:  # A writer redoes it from an older one; the damaged folder would block it.
+                    self.say(f"warning: checkpoint {path} is unreadable ({_one_line(e)}); "
+                             "removed, it is redone from an older one")
+                    shutil.rmtree(path, ignore_errors=True)
                 continue
             return number
         for variable, value in initial:  # A failed read may have assigned some.
@@ -315,9 +362,13 @@ class Run:
             raise RuntimeError(f"checkpoint {final} exists; checkpoints are never rewritten")
         temp = folder / f".tmp-ckpt-{int(number):06d}-{os.getpid()}"
         shutil.rmtree(temp, ignore_errors=True)
-        checkpoint.write(str(temp / "ckpt"))
-        for file in temp.iterdir():
-            fsync_path(file)
+        try:
+            checkpoint.write(str(temp / "ckpt"))
+            for file in temp.iterdir():
+                fsync_path(file)
+        except BaseException:  # A full disk, Ctrl-C: leave no half-written folder behind.
+            shutil.rmtree(temp, ignore_errors=True)
+            raise
         fault_point("checkpoint_write")
         os.rename(temp, final)
         fsync_path(folder)

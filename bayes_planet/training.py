@@ -141,6 +141,9 @@ class Trainer:
             a.begin_episode(k)
             if k >= c.train.seed_episodes:
                 self.train(max(0, self.target_updates(k) - int(a.updates.numpy())), k)
+        done = replay.num_episodes
+        if (a.restored or 0) < done and (done % c.train.checkpoint_every == 0 or done == total):
+            a.save_checkpoint(done)  # It was lost (deleted, unreadable): the redone state.
         bar = _progress(total, replay.num_episodes, progress)
         while replay.num_episodes < total:
             k = replay.num_episodes

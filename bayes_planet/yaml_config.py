@@ -145,7 +145,11 @@ def _parse_override(text):
     parts = path.strip().split(".")
     for part in parts[:-1]:
         current = current.setdefault(part, {})
-    current[parts[-1]] = _load_yaml(value) if value.strip() else None
+    try:
+        current[parts[-1]] = _load_yaml(value) if value.strip() else None
+    except yaml.YAMLError as e:
+        line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"override {text!r} is not valid YAML ({line})") from None
     return tree
 
 
@@ -176,12 +180,15 @@ def write(config, path):
     pathlib.Path(path).write_text(dump(config))
 
 
-def parse(text, source="config", *, defaults_path, upgrade=None):
+def parse(text, source="config", *, defaults_path, upgrade=None, complete=False):
     """A config from YAML text written by `dump`, type-checked against the defaults of
     ``defaults_path`` like `load`.
 
     ``upgrade`` (optional) maps the loaded mapping of an older layout to today's before the
-    check. Raises `ConfigError` naming ``source`` for text that is not a YAML mapping.
+    check. With ``complete``, every key of the defaults must be given (a file `dump` wrote
+    has them all: one that lacks some is damaged, and today's defaults must not silently
+    stand in for the values it was run with). Raises `ConfigError` naming ``source`` for text
+    that is not a YAML mapping, or that lacks keys.
     """
     try:
         data = _load_yaml(text)
@@ -198,14 +205,24 @@ def parse(text, source="config", *, defaults_path, upgrade=None):
         _merge(config, data, defaults)
     except ConfigError as e:
         raise ConfigError(f"{source}: {e}") from None
+    if complete:
+        missing = sorted(set(_keys(defaults)) - set(_keys(data)))
+        if missing:
+            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8
+                                              else "")
+            raise ConfigError(f"{source} lacks the keys {shown} (a damaged or hand-cut file: "
+                              "restore it rather than let defaults stand in)")
     return Config(config)
 
 
 def read(path, *, defaults_path, upgrade=None):
-    """Reads a config written by `write` (see `parse`)."""
-    with open(path) as f:
-        text = f.read()
-    return parse(text, str(path), defaults_path=defaults_path, upgrade=upgrade)
+    """Reads a config written by `write` (see `parse`): every key must be there."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+    return parse(text, str(path), defaults_path=defaults_path, upgrade=upgrade, complete=True)
 
 
 # -- experiment scripts: the same format and validation, as plain dicts ------------------------

@@ -36,7 +36,8 @@ first launch.
   all runs on the same held-out test episodes (``<out>/probe_test_episodes``, collected by
   the first probed run's evaluation policy), R² per variant in ``probe.png``. Each mode of
   ``probe.weights`` (``per_episode``, ``shared``, ``mean``: ``bayes-planet probe --weights``)
-  probes the Bayesian runs into ``<run>/probe`` (per_episode) or ``<run>/probe_<mode>``;
+  probes the Bayesian runs into ``<run>.probe`` (per_episode) or ``<run>.probe_<mode>``
+  beside the run (a probe never writes into a run);
   the summary has a row per variant and mode.
 
 **Seeds run elsewhere** (another session, another machine): ``results.json`` keeps every
@@ -183,7 +184,10 @@ PROBE_WEIGHTS = ("per_episode", "shared", "mean")  # `bayes-planet probe --weigh
 
 
 def probe_dir(logdir, weights):
-    return pathlib.Path(logdir) / ("probe" if weights == "per_episode" else f"probe_{weights}")
+    """Beside the run, not in it (readers never write into a run): ``<logdir>.probe[_mode]``."""
+    logdir = pathlib.Path(logdir)
+    suffix = ".probe" if weights == "per_episode" else f".probe_{weights}"
+    return logdir.with_name(logdir.name + suffix)
 
 
 def probe(runs, config, out, say=print):
@@ -200,10 +204,11 @@ def probe(runs, config, out, say=print):
                    str(run["logdir"]), "--out", str(target), "--test-episodes", str(shared),
                    "--episodes", str(config["probe"]["episodes"]), "--weights", weights,
                    "--horizons", ",".join(str(h) for h in config["probe"]["horizons"])]
-        with open(run["logdir"] / "probe.log", "a") as log:
+        log_path = target.with_name(target.name + ".log")
+        with open(log_path, "a") as log:
             code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=_env())
         say(f"agents: probe ({weights} weights) {run['variant']} seed {run['seed']}: "
-            + ("done" if code == 0 else f"FAILED ({code}), see {run['logdir']}/probe.log"))
+            + ("done" if code == 0 else f"FAILED ({code}), see {log_path}"))
 
 
 def archived_runs(config):

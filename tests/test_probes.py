@@ -122,7 +122,8 @@ def test_probe_command_writes_report_and_plot(trained_run, tmp_path):
     shared = tmp_path / "shared"
     assert cli.main(["probe", "--logdir", str(trained_run), "--episodes", "1",
                      "--horizons", "1,3", "--test-episodes", str(shared)]) == 0
-    out = trained_run / "probe"
+    out = trained_run.with_name(trained_run.name + ".probe")  # Beside the run, not in it.
+    assert not (trained_run / "probe").exists()
     report = json.loads((out / "probe.json").read_text())
     assert (out / "probe_velocity.png").stat().st_size > 10_000
     assert report["train_source"] == "replay" and report["train_episodes"] == 3

@@ -198,14 +198,23 @@ def test_a_second_trainer_on_a_locked_logdir_is_refused_and_writes_nothing(refer
     logdir = tmp_path / "run"
     shutil.copytree(reference, logdir)
     before = _snapshot(logdir)
-    # Hold the writer lock exactly as a running trainer does (fcntl.flock on <logdir>/.lock).
-    with open(logdir / ".lock", "r+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    # Hold the writer lock exactly as a running trainer does (fcntl.flock on the logdir).
+    fd = os.open(logdir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         result = _train(logdir, "train.episodes=4")
-    assert result.returncode == 2
-    assert "in use by another trainer" in result.stderr
-    assert "Traceback" not in result.stderr
-    assert _snapshot(logdir) == before
+        assert result.returncode == 2
+        assert "in use by another trainer" in result.stderr
+        assert "Traceback" not in result.stderr
+        assert _snapshot(logdir) == before
+        # Deleting the pid file does not release the lock (a lock *file* could be deleted).
+        (logdir / ".lock").unlink()
+        before = _snapshot(logdir)
+        result = _train(logdir, "train.episodes=4")
+        assert result.returncode == 2 and "in use by another trainer (pid ?)" in result.stderr
+        assert _snapshot(logdir) == before
+    finally:
+        os.close(fd)
 
 
 def test_divergence_stops_with_a_message_finite_checkpoint_and_valid_json(tmp_path):
