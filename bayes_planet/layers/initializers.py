@@ -193,8 +193,8 @@ class TrainableNormal(DistributionInitializer):
             stddev_initializer = keras.initializers.TruncatedNormal(mean=-5.0, stddev=0.1)
         # A seed reseeds both parts, each with its own stream (Keras initializers read their
         # seed at construction, so a seeded copy is built rather than an attribute set).
-        self.mean_initializer = _seeded(keras.initializers.get(mean_initializer), seed, "mean")
-        self.stddev_initializer = _seeded(keras.initializers.get(stddev_initializer), seed,
+        self.mean_initializer = _seeded(get(mean_initializer), seed, "mean")
+        self.stddev_initializer = _seeded(get(stddev_initializer), seed,
                                           "stddev")
         self.mean_constraint = keras.constraints.get(mean_constraint)
         self.stddev_constraint = constraints_lib.get(stddev_constraint)
