@@ -77,6 +77,23 @@ def test_block_e_uses_member_e(cls, ensemble_size):
                                    atol=1e-6)
 
 
+def test_rank1_additive_perturbation():
+    """``use_additive_perturbation=True``: block e is ``((x + α_e) @ W) + γ_e + b_e``."""
+    x = _data(4, 3, seed=4)
+    layer = bl.DenseRank1(2, ensemble_size=2, use_additive_perturbation=True,
+                          bias_initializer="random_normal", seed=0)
+    layer.build(x.shape)
+    with bl.posterior_mean(layer):
+        out = layer(x).numpy()
+    alpha, gamma = _factor_means(layer)
+    kernel, bias = layer.kernel.numpy(), layer.bias.numpy()
+    for e in range(2):
+        expected = ((x[2 * e:2 * e + 2] + alpha[e]) @ kernel) + gamma[e] + bias[e]
+        np.testing.assert_allclose(out[2 * e:2 * e + 2], expected, rtol=1e-5, atol=1e-6)
+    config = bl.DenseRank1.from_config(layer.get_config()).get_config()
+    assert config["use_additive_perturbation"] is True
+
+
 class _nothing:
     def __enter__(self):
         return None

@@ -137,11 +137,15 @@ class _EnsembleDense(keras.layers.Dense):
         """(α, γ) broadcastable to ``[E, rows, 1, in]`` and ``[E, rows, 1, units]``."""
         raise NotImplementedError
 
+    def _perturb(self, t, factor):
+        """How a factor acts on the inputs and outputs: ``t ∘ factor``."""
+        return t * factor
+
     def _combine(self, x, alpha, gamma, kernel):
         """``((x ∘ α) @ W) ∘ γ`` on ``x`` of shape ``[E, rows, positions, in]``."""
         shape = tf.shape(x)
-        out = tf.matmul(tf.reshape(x * alpha, [-1, shape[-1]]), kernel)
-        return tf.reshape(out, tf.concat([shape[:-1], [self.units]], 0)) * gamma
+        out = tf.matmul(tf.reshape(self._perturb(x, alpha), [-1, shape[-1]]), kernel)
+        return self._perturb(tf.reshape(out, tf.concat([shape[:-1], [self.units]], 0)), gamma)
 
     def call(self, inputs, training=None):
         del training  # The same computation in training and inference.
@@ -238,12 +242,8 @@ class DenseRank1(BayesianLayer, _EnsembleDense):
         eps = tf.reshape(eps, [self.ensemble_size, rows, 1, dim])
         return tf.clip_by_value(loc + scale[:, None, None, :] * eps, -_CLIP, _CLIP)
 
-    def _combine(self, x, alpha, gamma, kernel):
-        if not self.use_additive_perturbation:
-            return super()._combine(x, alpha, gamma, kernel)
-        shape = tf.shape(x)
-        out = tf.matmul(tf.reshape(x + alpha, [-1, shape[-1]]), kernel)
-        return tf.reshape(out, tf.concat([shape[:-1], [self.units]], 0)) + gamma
+    def _perturb(self, t, factor):
+        return t + factor if self.use_additive_perturbation else t * factor
 
     def get_config(self):
         config = super().get_config()
