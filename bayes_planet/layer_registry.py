@@ -9,7 +9,10 @@ their estimator choices here, so a new estimator or layer family touches its own
 file, this table and its tests.
 
 Families are the layer types: ``'dense'``, ``'conv1d'``, ``'conv2d'``,
-``'einsum_dense'``, ``'multi_head_attention'``, ``'lstm_cell'``, ``'gru_cell'``.
+``'einsum_dense'``, ``'multi_head_attention'``, ``'lstm_cell'``, ``'gru_cell'``, and
+``'dense_ensemble'`` (rank-1 and BatchEnsemble dense layers: a family of its own because
+they need the ensemble batch convention of `bayes_planet.layers.ensemble`, while the
+``'dense'`` family's readers feed plain batches).
 Estimators are the ways a family's weights are sampled (`bayes_planet.layers.estimators`)
 or, for ``'variational_dropout'``, a whole recipe (its own prior; it samples only with
 ``training=True`` and prunes at inference), which ``estimators(family,
@@ -31,6 +34,10 @@ _FAMILIES = {
         "flipout": "dense.DenseFlipout",
         "local_reparameterization": "dense.DenseLocalReparameterization",
         "variational_dropout": "dense.DenseVariationalDropout",
+    }),
+    "dense_ensemble": ("Dense", {
+        "rank1": "ensemble.DenseRank1",
+        "batch_ensemble": "ensemble.DenseBatchEnsemble",
     }),
     "conv1d": ("Conv1D", {
         "reparameterization": "conv.Conv1DReparameterization",

@@ -27,6 +27,8 @@ TWINS = {
     bl.DenseLocalReparameterization: (keras.layers.Dense, (2, 5)),
     bl.DenseVariationalDropout: (keras.layers.Dense, (2, 5)),
     bl.DenseDVI: (keras.layers.Dense, (2, 5)),
+    bl.DenseRank1: (keras.layers.Dense, (4, 5)),  # ensemble layers: batch divisible by 4
+    bl.DenseBatchEnsemble: (keras.layers.Dense, (4, 5)),
     bl.Conv1DReparameterization: (keras.layers.Conv1D, (2, 9, 3)),
     bl.Conv1DFlipout: (keras.layers.Conv1D, (2, 9, 3)),
     bl.Conv1DVariationalDropout: (keras.layers.Conv1D, (2, 9, 3)),
@@ -62,6 +64,11 @@ PROBES = {
     "reset_after": False, "equation": "ab,bc->ac", "output_shape": 4, "bias_axes": "c",
     "num_heads": 2, "key_dim": 3, "value_dim": 5, "attention_axes": None,
 }
+# Per-layer probes: the ensemble layers' kernel is a point estimate (no posterior).
+LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
+                for cls in (bl.DenseRank1, bl.DenseBatchEnsemble)}
+# Layers without noise take no ``seed``.
+NOISELESS = (bl.DenseBatchEnsemble,)
 # Keys whose Bayesian value is a distribution initializer / KL regularizer object that a
 # Keras twin cannot hold: compared by presence only.
 BAYESIAN_KEYS = {"kernel_initializer", "recurrent_initializer", "kernel_regularizer",
@@ -111,23 +118,23 @@ def test_signature_extends_the_keras_twin(ours, twin, shape):
     assert all(p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD)
                for p in extra), [(p.name, str(p.kind)) for p in extra]
     assert extra and extra[-1].kind is inspect.Parameter.VAR_KEYWORD  # **kwargs last
-    assert any(p.name == "seed" for p in extra)
+    assert any(p.name == "seed" for p in extra) or ours in NOISELESS
 
 
-def _positional_args(twin):
-    probes = {**PROBES, **PAIR_PROBES.get(twin, {})}
+def _positional_args(twin, ours=None):
+    probes = {**PROBES, **PAIR_PROBES.get(twin, {}), **LAYER_PROBES.get(ours, {})}
     return [probes[p.name] for p in _params(twin)
             if p.kind is not inspect.Parameter.VAR_KEYWORD]
 
 
 @pytest.mark.parametrize("ours, twin, shape", list(_cases()))
 def test_same_positional_arguments_build_the_same_layer(ours, twin, shape):
-    args = _positional_args(twin)
+    args = _positional_args(twin, ours)
     keras_args = [
         "glorot_uniform" if p.name in ("kernel_initializer", "recurrent_initializer")
         else None if p.name in ("kernel_regularizer", "recurrent_regularizer") else a
         for p, a in zip(_params(twin), args, strict=False)]
-    ours_layer = ours(*args, seed=3)
+    ours_layer = ours(*args) if ours in NOISELESS else ours(*args, seed=3)
     twin_layer = twin(*keras_args)
     mine, theirs = ours_layer.get_config(), twin_layer.get_config()
     for key, value in theirs.items():

@@ -30,6 +30,7 @@ from bayes_planet.layers.dense import (
     DenseReparameterization,
     DenseVariationalDropout,
 )
+from bayes_planet.layers.ensemble import DenseBatchEnsemble, DenseRank1
 from bayes_planet.layers.flows import (
     MADE,
     ActNorm,
@@ -48,10 +49,12 @@ from bayes_planet.layers.gaussian_process import (
 from bayes_planet.layers.initializers import (
     DistributionInitializer,
     FixedNormal,
+    RandomSign,
     TrainableDeterministic,
     TrainableGlorotNormal,
     TrainableHeNormal,
     TrainableNormal,
+    TrainableRandomSignNormal,
 )
 from bayes_planet.layers.kernels import (
     ConstantMean,
@@ -87,6 +90,7 @@ from bayes_planet.layers.regularizers import (
     LogUniformKLDivergence,
     NormalEmpiricalBayesKLDivergence,
     NormalKLDivergence,
+    Rank1NormalKLDivergence,
     ScaleMixtureKLDivergence,
     set_dataset_size,
 )
@@ -108,9 +112,11 @@ __all__ = [
     "Conv2DLocalReparameterization",
     "Conv2DReparameterization",
     "Conv2DVariationalDropout",
+    "DenseBatchEnsemble",
     "DenseDVI",
     "DenseFlipout",
     "DenseLocalReparameterization",
+    "DenseRank1",
     "DenseReparameterization",
     "DenseVariationalDropout",
     "Discretize",
@@ -148,7 +154,9 @@ __all__ = [
     "PositionEmbedding",
     "Positive",
     "RandomFourierFeatures",
+    "RandomSign",
     "RandomVariable",
+    "Rank1NormalKLDivergence",
     "RealNVP",
     "RevNetBlock",
     "RevNetSequence",
@@ -161,6 +169,7 @@ __all__ = [
     "TrainableHeNormal",
     "TrainableMultivariateNormal",
     "TrainableNormal",
+    "TrainableRandomSignNormal",
     "TransformerBlock",
     "VectorQuantizer",
     "WhitenedKLDivergence",

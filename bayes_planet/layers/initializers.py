@@ -33,8 +33,12 @@ of its own).
 String aliases (resolved by `get`): ``trainable_normal`` (default posterior),
 ``trainable_he_normal``, ``trainable_glorot_normal``, ``trainable_deterministic``
 (point mass; deterministic/MAP training), ``fixed_normal`` (a fixed N(0, 1) prior
-draw). Any other string falls back to `keras.initializers.get`.
+draw), ``trainable_random_sign_normal`` (the rank-1 factors' posterior) and
+``random_sign`` (a plain Keras-style initializer of ±1 values). Any other string falls
+back to `keras.initializers.get`.
 """
+
+import math
 
 import tensorflow as tf
 import tensorflow_probability as tfp
@@ -52,10 +56,12 @@ __all__ = [
     "DistributionInitializer",
     "FixedNormal",
     "MomentsUnavailableError",
+    "RandomSign",
     "TrainableDeterministic",
     "TrainableGlorotNormal",
     "TrainableHeNormal",
     "TrainableNormal",
+    "TrainableRandomSignNormal",
     "for_weight",
     "get",
     "serialize",
@@ -187,8 +193,8 @@ class TrainableNormal(DistributionInitializer):
             stddev_initializer = keras.initializers.TruncatedNormal(mean=-5.0, stddev=0.1)
         # A seed reseeds both parts, each with its own stream (Keras initializers read their
         # seed at construction, so a seeded copy is built rather than an attribute set).
-        self.mean_initializer = _seeded(keras.initializers.get(mean_initializer), seed, "mean")
-        self.stddev_initializer = _seeded(keras.initializers.get(stddev_initializer), seed,
+        self.mean_initializer = _seeded(get(mean_initializer), seed, "mean")
+        self.stddev_initializer = _seeded(get(stddev_initializer), seed,
                                           "stddev")
         self.mean_constraint = keras.constraints.get(mean_constraint)
         self.stddev_constraint = constraints_lib.get(stddev_constraint)
@@ -283,12 +289,71 @@ class FixedNormal(DistributionInitializer):
         return config
 
 
+@_register
+class RandomSign(keras.initializers.Initializer):
+    """Random signs: each entry is +1 with probability ``probability``, else -1.
+
+    The fast weights of BatchEnsemble and the posterior means of rank-1 factors start
+    here (Dusenberry et al., 2020; uncertainty-baselines' ``random_sign_init``), so each
+    ensemble member starts as a different sign pattern of the shared weights.
+
+    Args:
+      probability: the probability of +1, in [0, 1].
+      seed: optional int; None draws from TensorFlow's global seed.
+    """
+
+    def __init__(self, probability=0.5, seed=None):
+        if (isinstance(probability, bool) or not isinstance(probability, int | float)
+                or not 0.0 <= probability <= 1.0):
+            raise ValueError("Expected a probability in [0, 1]. "
+                             f"Received: probability={probability!r}")
+        self.probability, self.seed = float(probability), seed
+
+    def __call__(self, shape, dtype=None, **kwargs):
+        del kwargs  # `partition_info` etc. from the Keras initializer protocol.
+        dtype = tf.as_dtype(dtype or keras.backend.floatx())
+        if self.seed is None:
+            uniform = tf.random.uniform(shape)
+        else:
+            uniform = tf.random.stateless_uniform(shape, [self.seed, 0])
+        return tf.cast(tf.where(uniform < self.probability, 1.0, -1.0), dtype)
+
+    def get_config(self):
+        return {"probability": self.probability, "seed": self.seed}
+
+
+#: Initial posterior stddev of the rank-1 factors: sqrt(p / (1 - p)) for p = 1e-3, the
+#: dropout-rate parameterization of uncertainty-baselines' rank-1 recipe (≈ 0.032).
+RANK1_INITIAL_STDDEV = math.sqrt(1e-3 / (1.0 - 1e-3))
+
+
+@_register
+class TrainableRandomSignNormal(TrainableNormal):
+    """`TrainableNormal` with random-sign (±1) means and a small initial stddev (≈ 0.032).
+
+    The posterior of the rank-1 factors α and γ (Dusenberry et al., 2020, as in
+    uncertainty-baselines' rank-1 recipe): each member's mean factor starts at a random
+    sign pattern and its stddev at `RANK1_INITIAL_STDDEV` (log-space, jittered by 0.1).
+    """
+
+    def __init__(self, mean_initializer=None, stddev_initializer=None, **kwargs):
+        if mean_initializer is None:
+            mean_initializer = RandomSign()
+        if stddev_initializer is None:
+            stddev_initializer = keras.initializers.TruncatedNormal(
+                mean=math.log(RANK1_INITIAL_STDDEV), stddev=0.1)
+        super().__init__(mean_initializer=mean_initializer,
+                         stddev_initializer=stddev_initializer, **kwargs)
+
+
 _ALIASES = {
     "trainable_normal": TrainableNormal,
     "trainable_he_normal": TrainableHeNormal,
     "trainable_glorot_normal": TrainableGlorotNormal,
     "trainable_deterministic": TrainableDeterministic,
     "fixed_normal": FixedNormal,
+    "trainable_random_sign_normal": TrainableRandomSignNormal,
+    "random_sign": RandomSign,
 }
 
 

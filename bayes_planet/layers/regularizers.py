@@ -32,6 +32,7 @@ __all__ = [
     "LogUniformKLDivergence",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
+    "Rank1NormalKLDivergence",
     "ScaleMixtureKLDivergence",
     "get",
     "serialize",
@@ -168,6 +169,20 @@ class NormalKLDivergence(KLRegularizer):
 
     def get_config(self):
         return {"mean": self.mean, "stddev": self.stddev, **super().get_config()}
+
+
+@_register
+class Rank1NormalKLDivergence(NormalKLDivergence):
+    """`NormalKLDivergence` whose default prior is N(1, 0.1²): the rank-1 factors' prior.
+
+    The multiplicative factors α and γ of a rank-1 layer (`ensemble.DenseRank1`) act as
+    the identity at 1, so their prior is centred there, with the stddev 0.1 of
+    uncertainty-baselines' rank-1 recipe (Dusenberry et al., 2020). Alias
+    ``'rank1_normal_kl_divergence'``.
+    """
+
+    def __init__(self, mean=1.0, stddev=0.1, scale_factor=1.0, dataset_size=None):
+        super().__init__(mean, stddev, scale_factor, dataset_size)
 
 
 @_register
@@ -338,6 +353,7 @@ def log_alpha_from_moments(loc, scale, clip=8.0):
 
 _ALIASES = {
     "normal_kl_divergence": NormalKLDivergence,
+    "rank1_normal_kl_divergence": Rank1NormalKLDivergence,
     "fan_in_normal_kl_divergence": FanInNormalKLDivergence,
     "scale_mixture_kl_divergence": ScaleMixtureKLDivergence,
     "normal_empirical_bayes_kl_divergence": NormalEmpiricalBayesKLDivergence,

@@ -1,0 +1,204 @@
+"""Rank-1 Bayesian (`DenseRank1`) and BatchEnsemble (`DenseBatchEnsemble`) dense layers.
+
+The contract harness, the batch convention against a hand computation of every member,
+the KL against tfp's closed form, seeded noise, bad input, and the float64 and
+mixed-precision dtypes.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_probability as tfp
+
+import bayes_planet.layers as bl
+from bayes_planet import layer_registry
+from bayes_planet._keras import keras
+from bayes_planet.testing import run_layer_test
+
+tfd = tfp.distributions
+
+ENSEMBLES = [bl.DenseRank1, bl.DenseBatchEnsemble]
+
+
+def _data(*shape, seed=0, dtype="float32"):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def _factor_means(layer):
+    """α, γ as used inside `posterior_mean` (their means; the fast weights for BatchEnsemble)."""
+    if isinstance(layer, bl.DenseRank1):
+        return layer.alpha.loc().numpy(), layer.gamma.loc().numpy()
+    return layer.alpha.numpy(), layer.gamma.numpy()
+
+
+def test_registered_as_their_own_family():
+    assert layer_registry.estimators("dense_ensemble") == ("deterministic", "rank1",
+                                                          "batch_ensemble")
+    assert layer_registry.get("dense_ensemble", "rank1") is bl.DenseRank1
+    assert layer_registry.get("dense_ensemble", "batch_ensemble") is bl.DenseBatchEnsemble
+    # Not estimators of 'dense': its readers (agent config, RSSM) feed plain batches.
+    assert "rank1" not in layer_registry.estimators("dense")
+
+
+@pytest.mark.parametrize("cls, trainable, non_trainable, losses", [
+    (bl.DenseRank1, 6, 1, 2),  # kernel, α/γ (mean, stddev), bias; seed counter; KL α, γ
+    (bl.DenseBatchEnsemble, 4, 0, 0),  # kernel, α, γ, bias
+], ids=["DenseRank1", "DenseBatchEnsemble"])
+def test_contract(cls, trainable, non_trainable, losses):
+    run_layer_test(cls, {"units": 3, "activation": "relu"}, (8, 5),
+                   expected_output_shape=(8, 3), expected_num_trainable_weights=trainable,
+                   expected_num_non_trainable_weights=non_trainable,
+                   expected_num_losses=losses)
+
+
+@pytest.mark.parametrize("cls", ENSEMBLES)
+def test_middle_axes_and_no_bias(cls):
+    run_layer_test(cls, {"units": 2, "use_bias": False, "ensemble_size": 2}, (4, 3, 5),
+                   expected_output_shape=(4, 3, 2), run_save=False, run_fit=False)
+
+
+@pytest.mark.parametrize("cls", ENSEMBLES)
+@pytest.mark.parametrize("ensemble_size", [1, 3])
+def test_block_e_uses_member_e(cls, ensemble_size):
+    """Output block e is ``((x ∘ α_e) @ W) ∘ γ_e + b_e`` with α, γ at their means."""
+    rows, units = 2, 4
+    x = _data(ensemble_size * rows, 3, seed=1)
+    layer = cls(units, ensemble_size=ensemble_size, bias_initializer="random_normal")
+    layer.build(x.shape)
+    with bl.posterior_mean(layer) if cls is bl.DenseRank1 else _nothing():
+        out = layer(x).numpy()
+    alpha, gamma = _factor_means(layer)
+    kernel, bias = layer.kernel.numpy(), layer.bias.numpy()
+    assert np.ptp(bias) > 0 and np.ptp(alpha) > 0  # members differ
+    for e in range(ensemble_size):
+        block = x[e * rows:(e + 1) * rows]
+        expected = ((block * alpha[e]) @ kernel) * gamma[e] + bias[e]
+        np.testing.assert_allclose(out[e * rows:(e + 1) * rows], expected, rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_rank1_additive_perturbation():
+    """``use_additive_perturbation=True``: block e is ``((x + α_e) @ W) + γ_e + b_e``."""
+    x = _data(4, 3, seed=4)
+    layer = bl.DenseRank1(2, ensemble_size=2, use_additive_perturbation=True,
+                          bias_initializer="random_normal", seed=0)
+    layer.build(x.shape)
+    with bl.posterior_mean(layer):
+        out = layer(x).numpy()
+    alpha, gamma = _factor_means(layer)
+    kernel, bias = layer.kernel.numpy(), layer.bias.numpy()
+    for e in range(2):
+        expected = ((x[2 * e:2 * e + 2] + alpha[e]) @ kernel) + gamma[e] + bias[e]
+        np.testing.assert_allclose(out[2 * e:2 * e + 2], expected, rtol=1e-5, atol=1e-6)
+    config = bl.DenseRank1.from_config(layer.get_config()).get_config()
+    assert config["use_additive_perturbation"] is True
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_rank1_samples_per_example_around_the_mean():
+    """Without posterior_mean, each row gets its own draw of α, γ; the mean call is exact."""
+    x = np.tile(_data(1, 3, seed=2), [8, 1])  # one example repeated: rows differ by noise only
+    layer = bl.DenseRank1(4, ensemble_size=2, seed=0, alpha_initializer=bl.TrainableRandomSignNormal(
+        stddev_initializer=keras.initializers.Constant(np.log(0.3))))
+    noisy = layer(x).numpy()
+    with bl.posterior_mean(layer):
+        mean = layer(x).numpy()
+    assert not np.allclose(noisy[0], noisy[1])  # same member, same input, different draw
+    np.testing.assert_allclose(mean[:4], np.tile(mean[:1], [4, 1]), rtol=1e-6)
+    assert not np.allclose(mean[0], mean[4])  # the two members differ
+
+
+def test_rank1_kl_is_the_closed_form_to_n_1_0_1():
+    layer = bl.DenseRank1(4, ensemble_size=3, seed=0)
+    layer(_data(6, 5))
+    prior = tfd.Normal(1.0, 0.1)
+    expected = sum(
+        float(tf.reduce_sum(tfd.kl_divergence(tfd.Normal(w.loc(), w.scale()), prior)))
+        for w in (layer.alpha, layer.gamma))
+    np.testing.assert_allclose(float(tf.add_n(layer.losses)), expected, rtol=1e-5)
+    kls = sorted(float(v) for v in layer.losses)
+    assert all(k > 0 for k in kls)
+
+
+def test_rank1_noise_is_seeded():
+    x = _data(8, 5, seed=3)
+
+    a, b, c = (bl.DenseRank1(3, seed=seed) for seed in (1, 1, 2))
+    for layer in (a, b, c):
+        layer.build(x.shape)
+        layer.set_weights(a.get_weights())  # the same weights: only the seeds differ
+    out_a, out_b, out_c = a(x).numpy(), b(x).numpy(), c(x).numpy()
+    np.testing.assert_array_equal(out_a, out_b)
+    assert not np.allclose(out_a, out_c)
+    assert not np.allclose(out_a, a(x).numpy())  # the next call draws again
+    with bl.fixed_noise(a, [4, 5]):
+        first = a(x).numpy()
+        np.testing.assert_array_equal(first, a(x).numpy())
+
+
+def test_bad_input_is_one_line():
+    with pytest.raises(ValueError, match=r"^Expected a positive integer\. "
+                                         r"Received: ensemble_size=0$"):
+        bl.DenseRank1(3, ensemble_size=0)
+    with pytest.raises(ValueError, match=r"Received: ensemble_size=-1$"):
+        bl.DenseBatchEnsemble(3, ensemble_size=-1)
+    with pytest.raises(ValueError, match=r"Expected a batch size divisible by ensemble_size\. "
+                                         r"Received: batch size 6, ensemble_size=4"):
+        bl.DenseRank1(3)(tf.zeros([6, 2]))
+    with pytest.raises(ValueError, match=r"Received: kernel_initializer='trainable_normal'$"):
+        bl.DenseRank1(3, kernel_initializer="trainable_normal")
+    with pytest.raises(ValueError, match=r"Received: alpha_initializer='trainable_normal'$"):
+        bl.DenseBatchEnsemble(3, alpha_initializer="trainable_normal")
+
+
+@pytest.mark.parametrize("cls", ENSEMBLES)
+def test_unknown_batch_size_is_checked_at_run_time(cls):
+    layer = cls(3, ensemble_size=4)
+    fn = tf.function(layer, input_signature=[tf.TensorSpec([None, 2])])
+    assert fn(tf.zeros([8, 2])).shape == (8, 3)
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match="divisible by ensemble_size=4"):
+        fn(tf.zeros([6, 2]))
+
+
+@pytest.mark.parametrize("cls", ENSEMBLES)
+def test_float64(cls):
+    layer = cls(3, dtype="float64")
+    x = _data(8, 5, dtype="float64")
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(layer(x)) + tf.add_n(layer.losses or [tf.zeros([], tf.float64)])
+    grads = tape.gradient(loss, layer.trainable_variables)
+    assert layer(x).dtype == tf.float64
+    assert all(v.dtype == tf.float64 for v in layer.trainable_variables)
+    assert all(g is not None and np.all(np.isfinite(g.numpy())) for g in grads)
+
+
+@pytest.fixture
+def mixed_float16():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+@pytest.mark.parametrize("cls", ENSEMBLES)
+def test_mixed_float16(cls, mixed_float16):
+    del mixed_float16
+    model = keras.Sequential([keras.Input((5,)), cls(8, "relu"), cls(2)])
+    x, y = _data(8, 5), _data(8, 2, seed=1)
+    out = model(x)
+    assert out.dtype == tf.float16
+    assert all(v.dtype == tf.float32 for v in model.trainable_variables)
+    for loss in model.losses:
+        assert loss.dtype == tf.float32 and np.isfinite(float(loss))
+    model.compile(keras.optimizers.SGD(1e-3), "mse")
+    history = model.fit(x, y, batch_size=8, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
