@@ -310,8 +310,14 @@ def test_load_removes_stale_temp_files_and_rejects_damaged_files(tmp_path):
     assert live.exists()
     assert (tmp_path / "notes.txt").exists()
     # A damaged episode file (not produced by EpisodeReplay) is reported, not silently skipped.
-    (tmp_path / "000007-5.npz").write_bytes(data[: len(data) // 2])
-    with pytest.raises(ValueError, match="Could not read the episode file .*000007-5.npz"):
+    (tmp_path / "000001-5.npz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="Could not read the episode file .*000001-5.npz"):
+        EpisodeReplay(tmp_path)
+    # So is a lost one: episodes are numbered without gaps (issue #29).
+    (tmp_path / "000001-5.npz").unlink()
+    (tmp_path / "000003-5.npz").write_bytes(data)
+    with pytest.raises(ValueError, match=r"lacks the files of episodes 1, 2 \(of 0\.\.3\): the "
+                                         r"episode store is damaged"):
         EpisodeReplay(tmp_path)
 
 
