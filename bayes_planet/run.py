@@ -149,26 +149,27 @@ def _diff(a, b, prefix=""):
     return "; ".join(out)
 
 
+def _directory(name, path, expected="a directory"):
+    """``path`` as a path; a one-line `RunError` naming ``name`` for an empty one (it would
+    mean the current directory) or a path that exists and is not a directory."""
+    if path is None or not str(path).strip():
+        raise RunError(f"Expected {expected}. Received: {name}={path!r}")
+    path = pathlib.Path(path)
+    if path.exists() and not path.is_dir():
+        raise RunError(f"Expected a directory. Received: {name}={str(path)!r} is a file")
+    return path
+
+
 def check_logdir(logdir):
-    """``logdir`` as a path; a one-line `RunError` for an empty one (it would mean the current
-    directory) or a path that exists and is not a directory."""
-    if logdir is None or not str(logdir).strip():
-        raise RunError(f"Expected a run directory. Received: logdir={logdir!r}")
-    logdir = pathlib.Path(logdir)
-    if logdir.exists() and not logdir.is_dir():
-        raise RunError(f"Expected a directory. Received: logdir={str(logdir)!r} is a file")
-    return logdir
+    """``logdir`` as a path: not empty, a directory if it exists (one-line `RunError`)."""
+    return _directory("logdir", logdir, "a run directory")
 
 
 def check_output_dir(name, path, run_dir):
     """An output folder of a reader (``eval --out``, ``probe --out``), checked before any work:
     not empty, a directory if it exists, and outside the run (readers never write into it).
     Returns it as a path; one-line `RunError` naming ``name`` otherwise."""
-    if path is None or not str(path).strip():
-        raise RunError(f"Expected a directory. Received: {name}={path!r}")
-    path = pathlib.Path(path)
-    if path.exists() and not path.is_dir():
-        raise RunError(f"Expected a directory. Received: {name}={str(path)!r} is a file")
+    path = _directory(name, path)
     run_dir = pathlib.Path(run_dir).resolve()
     if path.resolve() == run_dir or run_dir in path.resolve().parents:
         raise RunError(f"Expected a folder outside the run {str(run_dir)!r} (readers never "
@@ -221,9 +222,7 @@ class Run:
     # -- opening ------------------------------------------------------------------------------
     def _prepare_writer(self):
         """Creates and locks the logdir, writes or checks config.yaml, cleans temp files."""
-        logdir = self.logdir
-        if logdir.exists() and not logdir.is_dir():
-            raise RunError(f"Expected a directory. Received: logdir={str(logdir)!r} is a file")
+        logdir = self.logdir  # Checked by `check_logdir` when the Run was opened.
         try:
             logdir.mkdir(parents=True, exist_ok=True)
             # The lock is on the directory itself, which cannot be deleted from under a running
