@@ -10,7 +10,8 @@ experiment scripts). The order matters and is fixed here:
    see docs/distributed.md);
 2. the `Run` (a writer takes the lock, writes or compares config.yaml);
 3. the environments, the replay (`EpisodeReplay` of ``<logdir>/episodes``), the world model
-   (initial weights from the ``weights`` stream, `bayes_planet.seeds`) and the counters;
+   (initial weights from the ``weights`` stream, `bayes_planet.seeds`), the value model if
+   ``value.enabled`` (`bayes_planet.value`, from the ``value_weights`` stream) and the counters;
 4. uncommitted work is discarded and the newest valid checkpoint restored;
 5. the `Collector` (planner policies, seeded episode collection).
 """
@@ -68,6 +69,7 @@ class Agent:
     Attributes:
       config, run (the `Run`), logdir (the run's; a worker's own one under multi-worker),
       strategy, worker (0 for the chief), replay (`EpisodeReplay`), model (`WorldModel`),
+      value (the `bayes_planet.value.ValueModel`, or None for PlaNet),
       updates, nonfinite, nonfinite_in_a_row (checkpointed counters), checkpoint,
       restored (the restored checkpoint's number, or None), collector (`Collector`: the
       environments and the policies).
@@ -109,15 +111,25 @@ class Agent:
         action_size = env.action_spec().shape[0]
         tf.keras.utils.set_random_seed(seeds.int_seed(c.seed, "weights"))
         self.model = WorldModel(c, obs_shape, action_size, strategy=self.strategy)
+        self.value = None
+        if c.value.enabled:
+            from bayes_planet.value import ValueModel
+
+            tf.keras.utils.set_random_seed(seeds.int_seed(c.seed, "value_weights"))
+            spec = env.action_spec()
+            self.value = ValueModel(c, self.model, spec.minimum, spec.maximum)
         with self.strategy.scope():
             counter = lambda name: tf.Variable(0, dtype=tf.int64, trainable=False,  # noqa: E731
                                                name=name)
             self.updates = counter("updates")
             self.nonfinite = counter("nonfinite")
             self.nonfinite_in_a_row = counter("nonfinite_in_a_row")
+        value = {} if self.value is None else {
+            "value": self.value, "critic_optimizer": self.value.critic_optimizer,
+            "actor_optimizer": self.value.actor_optimizer}
         self.checkpoint = tf.train.Checkpoint(
             model=self.model, optimizer=self.model.optimizer, updates=self.updates,
-            nonfinite=self.nonfinite, nonfinite_in_a_row=self.nonfinite_in_a_row)
+            nonfinite=self.nonfinite, nonfinite_in_a_row=self.nonfinite_in_a_row, **value)
         # Everything above only checks and builds; the run directory is touched from here on.
         self.run = Run(logdir, c, read_only=read_only, say=say)
         self.logdir = self.run.logdir
@@ -128,12 +140,16 @@ class Agent:
                                          at_most=self.replay.num_episodes)
         if read_only and require_checkpoint and self.restored is None:
             raise RunError(f"no checkpoint in {self.logdir / 'checkpoints'}: train the run first")
-        self.collector = Collector(c.seed, self.worker, env, eval_env, self.model, c.planner)
+        self.collector = Collector(c.seed, self.worker, env, eval_env, self.model, c.planner,
+                                   self.value, c.value.policy_proposals)
 
     def state_variables(self):
-        """Every variable a checkpoint holds (model, optimizer, counters), each once."""
+        """Every variable a checkpoint holds (model, value model, optimizers, counters), once."""
+        value = [] if self.value is None else (
+            list(self.value.variables) + list(self.value.critic_optimizer.variables)
+            + list(self.value.actor_optimizer.variables))
         variables = {id(v): v for v in (list(self.model.variables)
-                                        + list(self.model.optimizer.variables)
+                                        + list(self.model.optimizer.variables) + value
                                         + [self.updates, self.nonfinite,
                                            self.nonfinite_in_a_row])}
         return list(variables.values())

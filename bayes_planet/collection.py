@@ -29,12 +29,15 @@ class Collector:
       env, eval_env: the training and evaluation environments (`bayes_planet.envs.make`).
       world_model: the `WorldModel` the planner policies plan with.
       planner: the ``planner`` config section.
+      value_model, proposals: the value model of value-aware planning (None: PlaNet) and the
+        number of its policy's rollouts among the planner's candidates (`PlannerPolicy`).
     Attributes:
       env, eval_env: the environments; ``obs_key``: their observation's key;
       ``action_size``; ``collect_policy``/``eval_policy``: the planner policies.
     """
 
-    def __init__(self, seed, worker, env, eval_env, world_model, planner):
+    def __init__(self, seed, worker, env, eval_env, world_model, planner, value_model=None,
+                 proposals=0):
         from tf_agents.environments import tf_py_environment
 
         from bayes_planet.envs.tf_agents_env import TFAgentsEnv
@@ -47,8 +50,9 @@ class Collector:
         self.action_size = env.action_spec().shape[0]
         tf_env = tf_py_environment.TFPyEnvironment(self._py_envs[False])
         specs = (tf_env.time_step_spec(), tf_env.action_spec())
-        self.collect_policy = PlannerPolicy(*specs, world_model, planner, explore=True)
-        self.eval_policy = PlannerPolicy(*specs, world_model, planner, explore=False)
+        value = {"value_model": value_model, "proposals": proposals}
+        self.collect_policy = PlannerPolicy(*specs, world_model, planner, explore=True, **value)
+        self.eval_policy = PlannerPolicy(*specs, world_model, planner, explore=False, **value)
         self._py_policies = {}
 
     def policy(self, kind, *indices, stream=None):

@@ -67,6 +67,8 @@ def upgrade(data):
       ``planner: {name: cem, cem: {candidates, top_k, iterations}, ...}``.
     * before ``model.weight_prior`` existed, the transition's prior was N(0, s²): a model
       section without the key gets ``weight_prior: normal`` (not today's default).
+    * before the ``value`` section existed, the agent was PlaNet: a config without it gets
+      the default section (``value.enabled: false``).
 
     Any other missing key is damage, refused by `read`.
     """
@@ -74,6 +76,8 @@ def upgrade(data):
     model = data.get("model")
     if isinstance(model, dict) and "weight_prior_stddev" in model and "weight_prior" not in model:
         model["weight_prior"] = "normal"
+    if isinstance(model, dict) and "value" not in data:  # An agent config of any layout.
+        data["value"] = yaml_config.load_dict(_PATH)["value"]
     planner = data.get("planner")
     if isinstance(planner, dict) and "name" not in planner and "cem" not in planner:
         old = {key: planner.pop(key) for key in _OLD_CEM_KEYS if key in planner}
@@ -89,13 +93,18 @@ _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.cnn_depth"
                  "train.batch_size", "train.chunk_length", "train.seed_episodes",
                  "train.episodes", "train.checkpoint_every", "train.max_nonfinite_steps",
                  "planner.horizon", "planner.cem.candidates", "planner.cem.top_k",
-                 "planner.cem.iterations", "planner.weight_samples", "eval.every", "eval.episodes", "env.image_size",
-                 "env.episode_length", "env.action_repeat")
-_NON_NEGATIVE_INT = ("train.updates_per_episode",)
+                 "planner.cem.iterations", "planner.weight_samples", "eval.every",
+                 "eval.episodes", "env.image_size", "env.episode_length", "env.action_repeat",
+                 "value.imagine_horizon", "value.start_every", "value.units", "value.layers")
+_NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals")
 _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "train.learning_rate",
-                   "train.adam_epsilon", "train.grad_clip")
+                   "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
+                   "value.actor_learning_rate", "value.grad_clip")
 _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
-                       "loss.weight_kl_scale", "planner.exploration_noise")
+                       "loss.weight_kl_scale", "planner.exploration_noise", "value.actor_entropy")
+#: (low, high, whether low is allowed) of floats in an interval; high is allowed.
+_INTERVALS = {"value.discount": (0.0, 1.0, False), "value.td_lambda": (0.0, 1.0, True),
+              "value.target_rate": (0.0, 1.0, False)}
 _FINITE_FLOAT = ("planner.beta",)
 _CHOICES = {
     "obs_type": ("state", "pixels"),
@@ -137,6 +146,11 @@ def validate(config):
             fail(path, "a positive number", value)
         if path in _NON_NEGATIVE_FLOAT and value < 0:
             fail(path, "a non-negative number", value)
+    for path, (low, high, closed) in _INTERVALS.items():
+        value = _get(data, path)
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not (low <= value <= high) or (value == low and not closed)):
+            fail(path, f"a number in {'[' if closed else '('}{low}, {high}]", value)
     for path, choices in _CHOICES.items():
         if _get(data, path) not in choices:
             fail(path, f"one of {list(choices)}", _get(data, path))
@@ -165,6 +179,14 @@ def validate(config):
     if data["train"]["seed_episodes"] > data["train"]["episodes"]:
         fail("train.seed_episodes", f"at most train.episodes={data['train']['episodes']}",
              data["train"]["seed_episodes"])
+    value = data["value"]
+    if not value["actor_init_std"] > 0.1:
+        fail("value.actor_init_std", "a number > 0.1 (the policy's smallest stddev)",
+             value["actor_init_std"])
+    if value["enabled"] and data["strategy"] != "none":
+        raise ConfigError("value.enabled=True trains on one device (the value model has no "
+                          "distributed step yet); use strategy=none. Received: "
+                          f"strategy={data['strategy']!r}")
     if data["model"]["bayesian_gru"] and data["model"]["estimator"] == "local_reparameterization":
         raise ConfigError("model.bayesian_gru=True has no local_reparameterization cell; use "
                           "model.estimator=reparameterization or flipout. Received: "

@@ -8,7 +8,10 @@ candidate action sequence is rolled out with the RSSM prior under K weight
 samples of the Bayesian transition (K independent `imagine` calls, each holding
 one weight sample fixed), its predicted rewards summed over the horizon, and
 scored by ``mean + beta * std`` over the K samples (β > 0 optimism, β < 0
-caution, β = 0 with K = 1 is PlaNet). The first action of the plan is returned;
+caution, β = 0 with K = 1 is PlaNet). With a `bayes_planet.value.ValueModel` (``value.enabled``)
+the rewards are discounted and the critic's value of the last state is added (value-aware
+planning), and rollouts of its policy join the planner's candidates
+(``value.policy_proposals``). The first action of the plan is returned;
 exploration noise (PlaNet: 0.3) is added during collection and the action clipped
 to the spec.
 """
@@ -26,7 +29,7 @@ from bayes_planet.planners.objectives import uncertainty_aware_score
 __all__ = ["PlannerPolicy", "imagined_returns"]
 
 
-def imagined_returns(world_model, state, actions, seeds):
+def imagined_returns(world_model, state, actions, seeds, value_model=None):
     """Predicted return of each candidate under each weight sample.
 
     Args:
@@ -34,15 +37,26 @@ def imagined_returns(world_model, state, actions, seeds):
       state: latent state dict, leading dims ``[B]``.
       actions: ``[B, N, H, A]`` candidate action sequences.
       seeds: ``[K, 2]`` stateless seeds, one weight sample each.
+      value_model: optional `bayes_planet.value.ValueModel`: then the return is
+        ``Σ_t γ^(t-1) r_t + γ^H V(s_H)`` (its discount γ and critic V); PlaNet's plain sum of
+        rewards without.
     Returns:
-      ``[K, B, N]`` summed predicted rewards.
+      ``[K, B, N]`` predicted returns.
     """
-    n = tf.shape(actions)[1]
+    n, horizon = tf.shape(actions)[1], actions.shape[2]
     tiled = {k: tf.repeat(v[:, None], n, axis=1) for k, v in state.items()}  # [B, N, D]
     returns = []
     for k in range(seeds.shape[0]):
         prior = world_model.rssm.imagine(actions, tiled, seeds[k])
-        returns.append(tf.reduce_sum(world_model.predict_reward(prior), -1))
+        rewards = world_model.predict_reward(prior)  # [B, N, H]
+        if value_model is None:
+            returns.append(tf.reduce_sum(rewards, -1))
+            continue
+        gamma = value_model.discount
+        weights = tf.constant([gamma ** t for t in range(horizon)], rewards.dtype)
+        last = {key: v[:, :, -1] for key, v in prior.items()}
+        returns.append(tf.reduce_sum(rewards * weights, -1)
+                       + gamma ** horizon * value_model.value(last))
     return tf.stack(returns)
 
 
@@ -55,10 +69,13 @@ class PlannerPolicy(tf_policy.TFPolicy):
       planner: the ``planner`` config section (name, horizon, weight_samples, beta,
         exploration_noise, and the named planner's own sub-section, e.g. ``cem``).
       explore: add Gaussian exploration noise (collection) or not (evaluation).
+      value_model: optional `bayes_planet.value.ValueModel` (value-aware planning).
+      proposals: rollouts of the value model's policy added to the planner's candidates
+        (0: none).
     """
 
     def __init__(self, time_step_spec, action_spec, world_model, planner, explore=False,
-                 name="planner_policy"):
+                 value_model=None, proposals=0, name="planner_policy"):
         rssm = world_model.rssm
         spec = lambda n: tf.TensorSpec([n], tf.float32)  # noqa: E731
         state_spec = {"mean": spec(rssm.stoch_size), "std": spec(rssm.stoch_size),
@@ -69,6 +86,8 @@ class PlannerPolicy(tf_policy.TFPolicy):
         super().__init__(time_step_spec, action_spec, policy_state_spec=state_spec,
                          clip=False, name=name)
         self._world_model, self._planner = world_model, planner
+        self._value_model = value_model
+        self._proposals = int(proposals) if value_model is not None else 0
         self._plan = planners.get(planner.name)
         self._noise = float(planner.exploration_noise) if explore else 0.0
         self._low = tf.constant(action_spec.minimum, tf.float32)
@@ -84,7 +103,8 @@ class PlannerPolicy(tf_policy.TFPolicy):
         self._seed_base.assign([int(seed) % (2**31 - 1), int(stream) % (2**31 - 1)])
 
     def _variables(self):
-        return self._world_model.trainable_variables
+        value = self._value_model.trainable_variables if self._value_model is not None else ()
+        return list(self._world_model.trainable_variables) + list(value)
 
     def _distribution(self, time_step, policy_state):
         raise NotImplementedError("PlannerPolicy is deterministic given a seed; use action().")
@@ -105,12 +125,17 @@ class PlannerPolicy(tf_policy.TFPolicy):
         sample_seeds = tf.random.experimental.stateless_split(seed[1], cfg.weight_samples)
 
         def objective(actions):
-            returns = imagined_returns(wm, post, actions, sample_seeds)
+            returns = imagined_returns(wm, post, actions, sample_seeds, self._value_model)
             return uncertainty_aware_score(returns, cfg.beta)
 
+        proposals = None
+        if self._proposals:
+            proposals = self._value_model.proposals(post, self._proposals, cfg.horizon,
+                tf.random.experimental.stateless_fold_in(seed[2], 2))
         plan = self._plan(objective, cfg[cfg.name], horizon=cfg.horizon,
                           action_dim=wm.action_size, action_low=self._low,
-                          action_high=self._high, seed=seed[2], batch_shape=(batch,))
+                          action_high=self._high, seed=seed[2], batch_shape=(batch,),
+                          proposals=proposals)
         action = plan[:, 0]
         if self._noise:
             action += self._noise * tf.random.stateless_normal(

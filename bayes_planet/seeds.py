@@ -11,6 +11,7 @@ The streams a run uses (`bayes_planet.agent.Agent`, `bayes_planet.collection.Col
 `bayes_planet.training.Trainer`; ``w`` is the worker, 0 without multi-worker training)::
 
     weights                         initial weights (Keras' global seed, set before building)
+    value_weights                   the value model's initial weights (``value.enabled``)
     layer_noise(layer)              each Bayesian transition layer's noise seed
                                     (`bayes_planet.rssm`; ``layer`` from `name_index`)
     layer_counter(k)                the layers' call counters at the start of episode k
@@ -18,6 +19,7 @@ The streams a run uses (`bayes_planet.agent.Agent`, `bayes_planet.collection.Col
     random_policy(w, k)             actions of seed episode k
     collect_policy(w, k)            planner and exploration noise of training episode k
     replay(u), train_step(u)        chunks, and latent/weight/dequantization noise, of update u
+    value_step(u)                   the value model's imagined rollouts of update u
     eval_env_reset(w, k, i)         evaluation i after k episodes (eval_policy(w, k, i))
     open_loop(k)                    open-loop video after k episodes
     cli_eval_env(w, i)              `bayes-planet eval` episode i (cli_eval_policy(w, i))

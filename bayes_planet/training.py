@@ -74,10 +74,15 @@ class Trainer:
             u = int(a.updates.numpy())
             chunk = a.replay.sample(c.batch_size, c.chunk_length,
                                     seeds.numpy_rng(seed, "replay", u), num_episodes)
-            step = a.model.train_step(as_batch(chunk, "obs"), seeds.tf_seed(seed, "train_step", u),
+            batch = as_batch(chunk, "obs")
+            step = a.model.train_step(batch, seeds.tf_seed(seed, "train_step", u),
                                       self._transitions(num_episodes))
+            if a.value is not None:
+                step.update(a.value.train_step(batch, seeds.tf_seed(seed, "value_step", u)))
             a.updates.assign_add(1)
             step = {k: float(v) for k, v in step.items()}
+            if step.pop("value_finite", 1.0) < 1.0:
+                step["finite"] = 0.0  # Counted like a world-model step with a non-finite loss.
             if step.pop("finite") < 1.0:
                 skipped += 1
                 a.nonfinite.assign_add(1)

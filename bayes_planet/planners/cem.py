@@ -34,6 +34,7 @@ def cross_entropy_method(
     initial_stddev=None,
     batch_shape=(),
     dtype=tf.float32,
+    proposals=None,
 ):
     """Plans an action sequence with the cross-entropy method (CEM).
 
@@ -53,7 +54,9 @@ def cross_entropy_method(
     ``q`` starts at ``initial_mean`` (default: the middle of the box, 0 for ``[-1, 1]``) and
     ``initial_stddev`` (default: half the box width, 1 for ``[-1, 1]``), PlaNet's choice.
     Warm-starting is done by passing the previous plan shifted by one step as
-    ``initial_mean``. NaN scores are treated as ``-inf``.
+    ``initial_mean``. ``proposals`` (e.g. rollouts of a learned policy, TD-MPC's policy
+    prior, Hansen et al., 2022) join the sampled candidates in every iteration, so the elite
+    set can hold them. NaN scores are treated as ``-inf``.
 
     Args:
         objective_fn: Callable ``actions -> scores``; ``actions`` is ``[*batch_shape,
@@ -72,6 +75,9 @@ def cross_entropy_method(
         initial_stddev: Optional, broadcastable to ``[*batch_shape, horizon, action_dim]``.
         batch_shape: Tuple of positive ints; independent planning problems solved at once.
         dtype: Floating dtype of the actions.
+        proposals: Optional ``[*batch_shape, M, horizon, action_dim]`` extra candidates
+            (clipped to the bounds), scored with the sampled ones in every iteration;
+            ``top_k <= num_candidates`` still holds.
 
     Returns:
         The planned action sequence (the final mean), ``[*batch_shape, horizon, action_dim]``,
@@ -102,12 +108,16 @@ def cross_entropy_method(
     stddev = tf.broadcast_to(stddev, event_shape)
     candidate_shape = (*batch_shape, num_candidates, horizon, action_dim)
     axis = len(batch_shape)  # The candidate axis.
+    extra = _check_proposals(proposals, batch_shape, horizon, action_dim, dtype, low, high)
+    scored_shape = (*batch_shape, num_candidates + (0 if extra is None else extra.shape[axis]))
 
     def body(i, mean, stddev):
         noise = tf.random.stateless_normal(candidate_shape, seeds[i], dtype=dtype)
         actions = tf.expand_dims(mean, axis) + tf.expand_dims(stddev, axis) * noise
         actions = tf.clip_by_value(actions, low, high)
-        scores = _score(objective_fn, actions, candidate_shape[:axis + 1])
+        if extra is not None:
+            actions = tf.concat([actions, extra], axis)
+        scores = _score(objective_fn, actions, scored_shape)
         _, elite = tf.math.top_k(scores, k=top_k, sorted=False)
         elite_actions = tf.gather(actions, elite, axis=axis, batch_dims=axis)
         mean, variance = tf.nn.moments(elite_actions, axes=[axis])
@@ -124,14 +134,14 @@ def cross_entropy_method(
 
 @register("cem")
 def plan_cem(objective_fn, settings, horizon, action_dim, action_low, action_high, seed,
-             batch_shape=()):
+             batch_shape=(), proposals=None):
     """The agent's ``cem`` planner: `cross_entropy_method` with the ``planner.cem`` settings
     (``candidates``, ``top_k``, ``iterations``); see `bayes_planet.planners.registry`."""
     return cross_entropy_method(
         objective_fn, horizon=horizon, action_dim=action_dim, action_low=action_low,
         action_high=action_high, num_candidates=settings["candidates"],
         top_k=settings["top_k"], iterations=settings["iterations"], seed=seed,
-        batch_shape=batch_shape)
+        batch_shape=batch_shape, proposals=proposals)
 
 
 def random_shooting(
@@ -176,6 +186,22 @@ def _score(objective_fn, actions, expected_shape):
     if scores.dtype.is_floating:
         scores = tf.where(tf.math.is_nan(scores), tf.constant(-np.inf, scores.dtype), scores)
     return scores
+
+
+def _check_proposals(proposals, batch_shape, horizon, action_dim, dtype, low, high):
+    """``proposals`` as a clipped tensor of a static ``[*batch_shape, M, horizon, action_dim]``
+    shape (M >= 1), or None."""
+    if proposals is None:
+        return None
+    proposals = tf.convert_to_tensor(proposals, dtype)
+    shape = proposals.shape
+    if (shape.rank != len(batch_shape) + 3 or not shape[:len(batch_shape)].is_compatible_with(
+            batch_shape) or shape[-2:] != (horizon, action_dim)
+            or shape[len(batch_shape)] in (None, 0)):
+        raise ValueError(f"Expected proposals of shape [{', '.join(map(str, batch_shape))}"
+                         f"{', ' if batch_shape else ''}M, {horizon}, {action_dim}] with a static "
+                         f"M >= 1. Received: proposals with shape {shape}")
+    return tf.clip_by_value(proposals, low, high)
 
 
 def _check_positive_int(name, value):

@@ -6,10 +6,13 @@ agent's config then holds the planner's own settings in the sub-section of that 
 planner is called as::
 
     plan = planner(objective_fn, settings, horizon=H, action_dim=A, action_low=low,
-                   action_high=high, seed=seed, batch_shape=(B,))  # -> [B, H, A]
+                   action_high=high, seed=seed, batch_shape=(B,),
+                   proposals=None)  # -> [B, H, A]
 
-where ``settings`` is its config sub-section (a `Config` or mapping) and ``objective_fn`` maps
-candidate action sequences ``[B, N, H, A]`` to scores ``[B, N]`` (higher is better).
+where ``settings`` is its config sub-section (a `Config` or mapping), ``objective_fn`` maps
+candidate action sequences ``[B, N, H, A]`` to scores ``[B, N]`` (higher is better) and
+``proposals`` is None or ``[B, M, H, A]`` sequences to consider besides the planner's own
+(rollouts of the learned policy, `bayes_planet.value`).
 """
 
 __all__ = ["get", "names", "register"]
