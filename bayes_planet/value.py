@@ -74,6 +74,10 @@ class ValueModel(tf.Module):
       action_low, action_high: the action bounds (``[A]`` arrays).
     """
 
+    # The world model is read, not owned: its variables are not in the value model's
+    # `variables` (the agent's checkpoint holds them under the world model).
+    _TF_MODULE_IGNORED_PROPERTIES = tf.Module._TF_MODULE_IGNORED_PROPERTIES | {"world_model"}
+
     def __init__(self, config, world_model, action_low, action_high, name="value_model"):
         super().__init__(name=name)
         v = self.settings = config.value
