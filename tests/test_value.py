@@ -92,6 +92,7 @@ def _batch(rng, batch=4, length=8):
             "reward": tf.constant(rng.uniform(size=(batch, length)), tf.float32)}
 
 
+@pytest.mark.slow
 def test_critic_converges_to_the_closed_form_value_of_a_constant_reward():
     """With r ≡ c the value of every state is c / (1 − γ); γ = 0.5, c = 0.3 → 0.6. Target
     rate 1 (the target is the critic) and λ = 0 make it plain TD; 400 updates at lr 0.01."""
@@ -130,6 +131,7 @@ def test_value_step_is_reproducible_and_trains_only_the_value_model():
         np.testing.assert_array_equal(a, b.numpy())
 
 
+@pytest.mark.slow
 def test_actor_improves_the_imagined_return():
     """Dreamer's analytic policy gradient: after training, the policy's imagined rollouts
     (fresh seeds, not those of training) earn more predicted reward than the initial policy's,
