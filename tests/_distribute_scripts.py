@@ -35,7 +35,7 @@ RTOL, ATOL = 2e-5, 2e-6
 # member where the family has both. `mirrored_layers all` runs every case.
 DEFAULT_CASES = [
     "DenseReparameterization", "DenseFlipout", "DenseDVI", "Conv2DReparameterization",
-    "Conv2DLocalReparameterization", "SparseGaussianProcess", "RandomFourierFeatures",
+    "Conv2DLocalReparameterization", "SparseGaussianProcess", "RandomFourierFeatures", "SNGP",
     "Normal", "MixtureLogistic+Discretize", "RealNVP+Permutation+ActNorm", "ActNorm(data_init)",
     "RevNetSequence", "VectorQuantizer", "VectorQuantizer(ema)", "LSTMCellReparameterization",
     "GRUCellFlipout", "MultiHeadAttentionFlipout", "TransformerBlock(reparameterization)",
@@ -149,6 +149,12 @@ def _case_table():
         "RandomFourierFeatures": _Case(
             "gaussian_process", lambda: [_bl().RandomFourierFeatures(2, 16, seed=1)],
             (8, 2), (8, 2), "per_example", fit=True),
+        # SNGP: the precision matrix sums the global batch (all-reduced), u updates agree.
+        "SNGP": _Case(
+            "sngp", lambda: [_bl().SpectralNormalization(
+                keras.layers.Dense(4, activation="tanh"), norm_multiplier=0.5, seed=1),
+                _bl().RandomFeatureGaussianProcess(2, 16, seed=1)],
+            (8, 3), (8, 2), "exact"),
         # stochastic outputs
         "Normal": _Case("outputs", lambda: [_outputs().Normal(2, seed=1)], (8, 3), (8, 2),
                         "exact", loss="nll"),

@@ -59,6 +59,15 @@ CASES = {
     "GaussianProcess": (lambda: bl.GaussianProcess(2, **F64), (5, 2), _plain),
     "SparseGaussianProcess": (lambda: bl.SparseGaussianProcess(2, 3, **F64), (5, 2), _plain),
     "RandomFourierFeatures": (lambda: bl.RandomFourierFeatures(2, 8, **F64), (5, 2), _plain),
+    "RandomFeatureGaussianProcess": (
+        lambda: bl.RandomFeatureGaussianProcess(2, 8, mean_field_factor=1.0, **F64), (5, 2),
+        _plain),
+    "SpectralNormalization(Dense)": (
+        lambda: bl.SpectralNormalization(keras.layers.Dense(3, **F64)), (4, 5),
+        lambda layer, x: layer(x, training=True)),
+    "SpectralNormalizationConv2D": (
+        lambda: bl.SpectralNormalizationConv2D(keras.layers.Conv2D(3, 2, **F64)),
+        (2, 5, 5, 2), lambda layer, x: layer(x, training=True)),
     "Normal": (lambda: bl.Normal(2, **F64), (4, 3), _plain),
     "Bernoulli": (lambda: bl.Bernoulli(2, **F64), (4, 3), _plain),
     "Categorical": (lambda: bl.Categorical(3, **F64), (4, 3), _plain),

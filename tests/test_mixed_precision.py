@@ -23,7 +23,7 @@ CASES = cases_lib.case_names()
 # Layers computing and returning float32 under any policy (a 16-bit Cholesky factorization
 # is ill-conditioned and has no CPU kernel; see gaussian_process.py).
 FLOAT32_OUTPUTS = {"GaussianProcess", "SparseGaussianProcess",
-                   "SparseGaussianProcess(2 layers, sample)"}
+                   "SparseGaussianProcess(2 layers, sample)", "SNGP"}
 # Keras fit under a mixed policy (a LossScaleOptimizer for float16): the dense, conv and
 # recurrent estimators; the Transformer's mixed-precision fit is in test_attention.py.
 FIT_CASES = ["DenseReparameterization", "Conv2DFlipout", "LSTMCellFlipout"]

@@ -54,6 +54,7 @@ from bayes_planet.layers.initializers import (
     TrainableGlorotNormal,
     TrainableHeNormal,
     TrainableNormal,
+    TrainableNormalSmallStddev,
     TrainableRandomSignNormal,
 )
 from bayes_planet.layers.kernels import (
@@ -87,14 +88,23 @@ from bayes_planet.layers.recurrent import (
 )
 from bayes_planet.layers.regularizers import (
     FanInNormalKLDivergence,
+    KLAnnealing,
     LogUniformKLDivergence,
     NormalEmpiricalBayesKLDivergence,
     NormalKLDivergence,
+    NormalKLDivergenceWithTiedMean,
     Rank1NormalKLDivergence,
     ScaleMixtureKLDivergence,
     set_dataset_size,
+    set_kl_scale,
 )
 from bayes_planet.layers.revnet import RevNetBlock, RevNetSequence
+from bayes_planet.layers.sngp import (
+    GPCovarianceReset,
+    RandomFeatureGaussianProcess,
+    mean_field_logits,
+)
+from bayes_planet.layers.spectral_norm import SpectralNormalization, SpectralNormalizationConv2D
 from bayes_planet.layers.tracing import condition, intercept, tape
 from bayes_planet.layers.transformer import PositionEmbedding, TransformerBlock, build_transformer
 from bayes_planet.layers.vq import VectorQuantizer, codebook_usage
@@ -127,6 +137,7 @@ __all__ = [
     "Exp",
     "ExponentiatedQuadratic",
     "FixedNormal",
+    "GPCovarianceReset",
     "GRUCellFlipout",
     "GRUCellReparameterization",
     "GaussianProcess",
@@ -136,6 +147,7 @@ __all__ = [
     "Linear",
     "LinearMean",
     "FanInNormalKLDivergence",
+    "KLAnnealing",
     "LogUniformKLDivergence",
     "MADE",
     "Matern12",
@@ -148,11 +160,13 @@ __all__ = [
     "Normal",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
+    "NormalKLDivergenceWithTiedMean",
     "ScaleMixtureKLDivergence",
     "Permutation",
     "PoissonProcess",
     "PositionEmbedding",
     "Positive",
+    "RandomFeatureGaussianProcess",
     "RandomFourierFeatures",
     "RandomSign",
     "RandomVariable",
@@ -164,11 +178,14 @@ __all__ = [
     "ReversibleLayer",
     "Softplus",
     "SparseGaussianProcess",
+    "SpectralNormalization",
+    "SpectralNormalizationConv2D",
     "TrainableDeterministic",
     "TrainableGlorotNormal",
     "TrainableHeNormal",
     "TrainableMultivariateNormal",
     "TrainableNormal",
+    "TrainableNormalSmallStddev",
     "TrainableRandomSignNormal",
     "TransformerBlock",
     "VectorQuantizer",
@@ -183,10 +200,12 @@ __all__ = [
     "initializers",
     "intercept",
     "kernels",
+    "mean_field_logits",
     "negative_log_likelihood",
     "posterior_mean",
     "regularizers",
     "set_dataset_size",
+    "set_kl_scale",
     "tape",
     "tracing",
     "transform_random_variable",

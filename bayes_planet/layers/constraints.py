@@ -5,6 +5,8 @@ applied every time the parameter is read, e.g. ``stddev = softplus(raw)``, so th
 optimizer works in unconstrained space (Blundell et al., 2015).
 """
 
+import math
+
 import tensorflow as tf
 
 from bayes_planet._keras import keras
@@ -14,7 +16,11 @@ __all__ = ["Exp", "Positive", "Softplus", "get", "serialize"]
 
 
 class ParameterTransform(keras.constraints.Constraint):
-    """Base class: ``__call__(raw)`` returns the constrained parameter."""
+    """Base class: ``__call__(raw)`` returns the constrained parameter; ``inverse(value)``
+    the raw float that maps to a given float ``value`` (to initialize a raw parameter)."""
+
+    def inverse(self, value):
+        raise NotImplementedError(f"{type(self).__name__} has no inverse.")
 
     def get_config(self):
         return {}
@@ -31,6 +37,10 @@ class Softplus(ParameterTransform):
         out = tf.nn.softplus(w)
         return out + self.minimum if self.minimum else out
 
+    def inverse(self, value):
+        value = float(value) - self.minimum
+        return value if value > 30.0 else math.log(math.expm1(value))
+
     def get_config(self):
         return {"minimum": self.minimum}
 
@@ -41,6 +51,9 @@ class Exp(ParameterTransform):
 
     def __call__(self, w):
         return tf.exp(w)
+
+    def inverse(self, value):
+        return math.log(value)
 
 
 @keras.saving.register_keras_serializable(package="bayes_planet")

@@ -423,11 +423,6 @@ class WhitenedKLDivergence(regularizers.KLRegularizer):
     Scaled by ``scale_factor / dataset_size`` like every `KLRegularizer`.
     """
 
-    def __call__(self, x):
-        kl = self.divergence(x)
-        # tf.constant, not tf.cast: a Python float would round through float32.
-        return tf.constant(self.scale_factor / (self.dataset_size or 1), kl.dtype) * kl
-
     def divergence(self, x):
         if not isinstance(x, TrainableMultivariateNormal):
             return regularizers.NormalKLDivergence().divergence(x)

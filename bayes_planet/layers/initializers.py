@@ -61,9 +61,11 @@ __all__ = [
     "TrainableGlorotNormal",
     "TrainableHeNormal",
     "TrainableNormal",
+    "TrainableNormalSmallStddev",
     "TrainableRandomSignNormal",
     "for_weight",
     "get",
+    "initial_stddev_initializer",
     "serialize",
 ]
 
@@ -176,6 +178,9 @@ class TrainableNormal(DistributionInitializer):
       stddev_constraint: transform from unconstrained to positive (``exp``).
       mean_constraint: optional Keras constraint (projection) on the means.
       seed: optional int seeding the initial values.
+      initial_stddev: keyword-only alternative to ``stddev_initializer``: the stddevs start
+        at this value (`initial_stddev_initializer`), e.g. uncertainty-baselines' 1e-3
+        (`SMALL_INITIAL_STDDEV`; alias ``'trainable_normal_small_stddev'``).
     """
 
     def __init__(
@@ -185,11 +190,21 @@ class TrainableNormal(DistributionInitializer):
         mean_constraint=None,
         stddev_constraint="exp",
         seed=None,
+        *,
+        initial_stddev=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.seed = seed
-        if stddev_initializer is None:
+        self.stddev_constraint = constraints_lib.get(stddev_constraint)
+        if initial_stddev is not None:
+            if stddev_initializer is not None:
+                raise ValueError(
+                    "Expected stddev_initializer or initial_stddev, not both. Received: "
+                    f"stddev_initializer={stddev_initializer!r}, initial_stddev={initial_stddev!r}")
+            stddev_initializer = initial_stddev_initializer(initial_stddev,
+                                                            self.stddev_constraint)
+        elif stddev_initializer is None:
             stddev_initializer = keras.initializers.TruncatedNormal(mean=-5.0, stddev=0.1)
         # A seed reseeds both parts, each with its own stream (Keras initializers read their
         # seed at construction, so a seeded copy is built rather than an attribute set).
@@ -197,7 +212,6 @@ class TrainableNormal(DistributionInitializer):
         self.stddev_initializer = _seeded(get(stddev_initializer), seed,
                                           "stddev")
         self.mean_constraint = keras.constraints.get(mean_constraint)
-        self.stddev_constraint = constraints_lib.get(stddev_constraint)
 
     def build(self, shape, dtype=None):
         super().build(shape, dtype)
@@ -322,6 +336,53 @@ class RandomSign(keras.initializers.Initializer):
         return {"probability": self.probability, "seed": self.seed}
 
 
+#: The stddev of the jitter of a raw (unconstrained) stddev around its initial value, as
+#: in edward2 and uncertainty-baselines: about ±10 % of the stddev for ``exp``/``softplus``.
+STDDEV_JITTER = 0.1
+
+
+def initial_stddev_initializer(initial_stddev, stddev_constraint):
+    """The Keras initializer of a raw stddev that starts the stddevs near ``initial_stddev``.
+
+    ``TruncatedNormal(mean=stddev_constraint.inverse(initial_stddev), stddev=0.1)``: the
+    raw value that the constraint maps to ``initial_stddev``, jittered by `STDDEV_JITTER`
+    (uncertainty-baselines' ``TruncatedNormal(mean=log(expm1(stddev_init)), stddev=0.1)``
+    for ``softplus``). The constraint needs an ``inverse`` (``exp``, ``softplus``).
+    """
+    if (isinstance(initial_stddev, bool) or not isinstance(initial_stddev, int | float)
+            or not math.isfinite(initial_stddev) or initial_stddev <= 0):
+        raise ValueError(f"Expected a positive number. Received: initial_stddev={initial_stddev!r}")
+    try:
+        raw = stddev_constraint.inverse(initial_stddev)
+    except (AttributeError, NotImplementedError) as e:
+        raise ValueError("Expected a stddev_constraint with an inverse (exp, softplus) for "
+                         f"initial_stddev. Received: stddev_constraint={stddev_constraint!r}"
+                         ) from e
+    return keras.initializers.TruncatedNormal(mean=raw, stddev=STDDEV_JITTER)
+
+
+#: uncertainty-baselines' initial posterior stddev of mean-field VI (``stddev_init=1e-3``).
+SMALL_INITIAL_STDDEV = 1e-3
+
+
+@_register
+class TrainableNormalSmallStddev(TrainableNormal):
+    """`TrainableNormal` whose stddevs start at `SMALL_INITIAL_STDDEV` (1e-3).
+
+    uncertainty-baselines' mean-field recipe (with `regularizers.NormalKLDivergenceWithTiedMean`
+    and `regularizers.KLAnnealing`): the network starts as its deterministic twin and the
+    posterior widens as the (annealed) KL asks. Alias ``'trainable_normal_small_stddev'``;
+    ``TrainableHeNormal(initial_stddev=SMALL_INITIAL_STDDEV)`` is the He-normal version.
+    """
+
+    def __init__(self, mean_initializer="glorot_uniform", stddev_initializer=None, *args,
+                 initial_stddev=None, **kwargs):
+        if stddev_initializer is None and initial_stddev is None:
+            initial_stddev = SMALL_INITIAL_STDDEV
+        super().__init__(mean_initializer, stddev_initializer, *args,
+                         initial_stddev=initial_stddev, **kwargs)
+
+
 #: Initial posterior stddev of the rank-1 factors: sqrt(p / (1 - p)) for p = 1e-3, the
 #: dropout-rate parameterization of uncertainty-baselines' rank-1 recipe (≈ 0.032).
 RANK1_INITIAL_STDDEV = math.sqrt(1e-3 / (1.0 - 1e-3))
@@ -336,14 +397,15 @@ class TrainableRandomSignNormal(TrainableNormal):
     sign pattern and its stddev at `RANK1_INITIAL_STDDEV` (log-space, jittered by 0.1).
     """
 
-    def __init__(self, mean_initializer=None, stddev_initializer=None, **kwargs):
+    def __init__(self, mean_initializer=None, stddev_initializer=None, *, initial_stddev=None,
+                 **kwargs):
         if mean_initializer is None:
             mean_initializer = RandomSign()
-        if stddev_initializer is None:
-            stddev_initializer = keras.initializers.TruncatedNormal(
-                mean=math.log(RANK1_INITIAL_STDDEV), stddev=0.1)
+        if stddev_initializer is None and initial_stddev is None:
+            initial_stddev = RANK1_INITIAL_STDDEV
         super().__init__(mean_initializer=mean_initializer,
-                         stddev_initializer=stddev_initializer, **kwargs)
+                         stddev_initializer=stddev_initializer, initial_stddev=initial_stddev,
+                         **kwargs)
 
 
 _ALIASES = {
@@ -353,6 +415,7 @@ _ALIASES = {
     "trainable_deterministic": TrainableDeterministic,
     "fixed_normal": FixedNormal,
     "trainable_random_sign_normal": TrainableRandomSignNormal,
+    "trainable_normal_small_stddev": TrainableNormalSmallStddev,
     "random_sign": RandomSign,
 }
 

@@ -20,7 +20,8 @@ from bayes_planet.layers.base import BayesianLayer, check_positive_int
 from bayes_planet.layers.dense import DenseLocalReparameterization
 from bayes_planet.layers.initializers import DistributionInitializer
 
-__all__ = ["RandomFourierFeatures"]
+__all__ = ["RandomFourierFeatures", "add_fourier_weights", "fourier_features",
+           "sample_frequencies"]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
@@ -42,6 +43,38 @@ def sample_frequencies(covariance_fn, input_dim, num_features, rng):
             f"covariance_fn={type(covariance_fn).__name__}"
         )
     return normal / np.sqrt(rng.chisquare(df, size=(1, num_features)) / df)
+
+
+def add_fourier_weights(layer, covariance_fn, input_dim, num_features, rng):
+    """The non-trainable ``(frequencies [input_dim, D], phases [D])`` weights of ``layer``.
+
+    Frequencies from the spectral density of ``covariance_fn`` (`sample_frequencies`),
+    phases ``U(0, 2π)``, both drawn from the numpy Generator ``rng``.
+    """
+    omega = sample_frequencies(covariance_fn, int(input_dim), num_features, rng)
+    phase = rng.uniform(0.0, 2.0 * np.pi, size=(num_features,))
+    frequencies = layer.add_weight(
+        name="frequencies", shape=omega.shape, trainable=False,
+        initializer=lambda shape, dtype=None: tf.constant(omega, dtype))
+    phases = layer.add_weight(
+        name="phases", shape=phase.shape, trainable=False,
+        initializer=lambda shape, dtype=None: tf.constant(phase, dtype))
+    return frequencies, phases
+
+
+def fourier_features(x, covariance_fn, frequencies, phases, scale=True):
+    """``[batch, D]`` random features ``σ √(2/D) cos(xᵀΩ/ℓ + b)`` of ``x: [batch, d]``.
+
+    ``σ`` and ``ℓ`` are the kernel's amplitude and length scale; ``scale=False`` drops
+    the ``√(2/D)`` (features of order one, as SNGP's output layer uses them).
+    """
+    dtype = x.dtype
+    ls = tf.cast(covariance_fn.length_scale, dtype)
+    amplitude = tf.cast(covariance_fn.amplitude, dtype)
+    proj = tf.matmul(x / ls, tf.cast(frequencies, dtype)) + tf.cast(phases, dtype)
+    if scale:
+        amplitude *= np.sqrt(2.0 / int(phases.shape[0]))
+    return amplitude * tf.cos(proj)
 
 
 @_register
@@ -94,16 +127,9 @@ class RandomFourierFeatures(keras.layers.Layer):
             name="output")
 
     def build(self, input_shape):
-        input_dim = tf.TensorShape(input_shape)[-1]
-        rng = np.random.default_rng(self._base_seed)
-        omega = sample_frequencies(self.covariance_fn, input_dim, self.num_features, rng)
-        phase = rng.uniform(0.0, 2.0 * np.pi, size=(self.num_features,))
-        self.frequencies = self.add_weight(
-            name="frequencies", shape=omega.shape, trainable=False,
-            initializer=lambda shape, dtype=None: tf.constant(omega, dtype))
-        self.phases = self.add_weight(
-            name="phases", shape=phase.shape, trainable=False,
-            initializer=lambda shape, dtype=None: tf.constant(phase, dtype))
+        self.frequencies, self.phases = add_fourier_weights(
+            self, self.covariance_fn, tf.TensorShape(input_shape)[-1], self.num_features,
+            np.random.default_rng(self._base_seed))
         self.output_layer.build(tf.TensorShape([None, self.num_features]))
         super().build(input_shape)
 
@@ -112,11 +138,7 @@ class RandomFourierFeatures(keras.layers.Layer):
         x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
         if not self.built:
             self._maybe_build(x)
-        dtype = x.dtype
-        ls = tf.cast(self.covariance_fn.length_scale, dtype)
-        amplitude = tf.cast(self.covariance_fn.amplitude, dtype)
-        proj = tf.matmul(x / ls, tf.cast(self.frequencies, dtype)) + tf.cast(self.phases, dtype)
-        return amplitude * np.sqrt(2.0 / self.num_features) * tf.cos(proj)
+        return fourier_features(x, self.covariance_fn, self.frequencies, self.phases)
 
     def approximate_kernel(self, x1, x2=None):
         """``φ(x1) φ(x2)ᵀ``, the ``[n1, n2]`` approximation of ``k(x1, x2)``."""

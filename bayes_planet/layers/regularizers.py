@@ -4,8 +4,11 @@ In Bayesian Layers the KL divergence from the posterior to the prior is a
 *regularizer*: the layer adds it to ``layer.losses`` and ``model.fit`` adds those to
 the data loss. Scaling matters: the ELBO per training example is
 ``E[log p(y|x,w)] - KL(q||p) / N``, so every regularizer takes ``dataset_size=N``
-(first class, no hand division) and a free ``scale_factor`` (e.g. KL annealing).
-`set_dataset_size(model, N)` sets it on every regularizer in a built model.
+(first class, no hand division) and a free ``scale_factor``.
+`set_dataset_size(model, N)` sets it on every regularizer in a built model. KL annealing
+changes a scale *during* training without retracing: `set_kl_scale(model, variable)` makes
+every regularizer also multiply by a ``tf.Variable``, which the `KLAnnealing` callback
+ramps from 0 to 1.
 
 Each regularizer accepts a `DistributionInitializer` (fast path: closed forms on its
 ``moments()``, the posterior contract of `initializers`), a `RandomVariable` or a
@@ -28,16 +31,19 @@ tfd = tfp.distributions
 
 __all__ = [
     "FanInNormalKLDivergence",
+    "KLAnnealing",
     "KLRegularizer",
     "LogUniformKLDivergence",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
+    "NormalKLDivergenceWithTiedMean",
     "Rank1NormalKLDivergence",
     "ScaleMixtureKLDivergence",
     "get",
     "serialize",
     "fan_in",
     "set_dataset_size",
+    "set_kl_scale",
 ]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
@@ -85,7 +91,9 @@ def _dataset_size(value):
 
 
 class KLRegularizer(keras.regularizers.Regularizer):
-    """Base: ``__call__`` returns ``scale_factor * divergence / dataset_size``."""
+    """Base: ``__call__`` returns ``scale_factor * divergence / dataset_size`` (times the
+    ``kl_scale`` variable that `set_kl_scale` attached, if any; it is not part of the
+    config: a training schedule, not the prior)."""
 
     def __init__(self, scale_factor=1.0, dataset_size=None):
         if (isinstance(scale_factor, bool) or not isinstance(scale_factor, numbers.Real)
@@ -94,11 +102,19 @@ class KLRegularizer(keras.regularizers.Regularizer):
                              f"Received: scale_factor={scale_factor!r}")
         self.scale_factor = float(scale_factor)
         self.dataset_size = None if dataset_size is None else _dataset_size(dataset_size)
+        self.kl_scale = None
 
     def __call__(self, x):
         divergence = self.divergence(x)
-        weight = self.scale_factor / (self.dataset_size or 1)
-        return tf.constant(weight, divergence.dtype) * divergence
+        return self.weight(divergence.dtype) * divergence
+
+    def weight(self, dtype):
+        """``scale_factor / dataset_size`` (× ``kl_scale``) as a ``dtype`` scalar."""
+        # tf.constant, not tf.cast: a Python float would round through float32.
+        weight = tf.constant(self.scale_factor / (self.dataset_size or 1), dtype)
+        if self.kl_scale is not None:  # Read when the loss is traced: no retracing.
+            weight *= tf.cast(self.kl_scale, dtype)
+        return weight
 
     def divergence(self, x):
         raise NotImplementedError
@@ -108,11 +124,21 @@ class KLRegularizer(keras.regularizers.Regularizer):
 
 
 def _normal_kl(x, mean, stddev):
-    """KL(q || N(mean, stddev²)) summed over a weight; -log prior density for a point mass."""
+    """KL(q || N(mean, stddev²)) summed over a weight; -log prior density for a point mass.
+
+    ``mean=None`` ties the prior's mean to the posterior's (no mean term; a point mass then
+    raises TypeError).
+    """
     loc, scale = _moments(x)
-    diff = loc - mean if mean else loc
     inv_var = 1.0 / stddev**2
     n = tf.cast(tf.size(loc), loc.dtype)
+    if mean is None:
+        if scale is None:
+            raise TypeError("A tied-mean KL needs a stochastic (normal) posterior.")
+        quad = tf.reduce_sum(tf.square(scale))
+        return 0.5 * inv_var * quad - tf.reduce_sum(_log_scale(x, scale)) + n * (
+            math.log(stddev) - 0.5)
+    diff = loc - mean if mean else loc
     if scale is None:
         return tf.reduce_sum(0.5 * inv_var * tf.square(diff)) + n * (
             math.log(stddev) + 0.5 * math.log(2 * math.pi))
@@ -169,6 +195,37 @@ class NormalKLDivergence(KLRegularizer):
 
     def get_config(self):
         return {"mean": self.mean, "stddev": self.stddev, **super().get_config()}
+
+
+@_register
+class NormalKLDivergenceWithTiedMean(KLRegularizer):
+    """KL(q || N(μ_q, stddev²)): a normal prior whose mean is the posterior's own mean.
+
+    The KL penalizes only the posterior stddevs σ, per weight
+    ``log(stddev/σ) + σ²/(2 stddev²) - 1/2`` (minimal at σ = stddev); the means are left
+    to the data, untouched by the KL (the prior mean is the posterior mean under
+    ``stop_gradient``, so the mean term is zero and carries no gradient). edward2's
+    ``NormalKLDivergenceWithTiedMean``, uncertainty-baselines' mean-field recipe (there with
+    ``stddev=0.1``, `initializers.SMALL_INITIAL_STDDEV` and `KLAnnealing`). Alias
+    ``'normal_kl_divergence_with_tied_mean'``. A point-mass posterior gets a TypeError.
+
+    Args:
+      stddev: the prior stddev.
+      scale_factor, dataset_size: as `KLRegularizer`.
+    """
+
+    def __init__(self, stddev=1.0, scale_factor=1.0, dataset_size=None):
+        super().__init__(scale_factor, dataset_size)
+        if (isinstance(stddev, bool) or not isinstance(stddev, numbers.Real)
+                or not math.isfinite(stddev) or stddev <= 0):
+            raise ValueError(f"Expected a positive prior stddev. Received: stddev={stddev!r}")
+        self.stddev = float(stddev)
+
+    def divergence(self, x):
+        return _normal_kl(x, None, self.stddev)
+
+    def get_config(self):
+        return {"stddev": self.stddev, **super().get_config()}
 
 
 @_register
@@ -353,6 +410,7 @@ def log_alpha_from_moments(loc, scale, clip=8.0):
 
 _ALIASES = {
     "normal_kl_divergence": NormalKLDivergence,
+    "normal_kl_divergence_with_tied_mean": NormalKLDivergenceWithTiedMean,
     "rank1_normal_kl_divergence": Rank1NormalKLDivergence,
     "fan_in_normal_kl_divergence": FanInNormalKLDivergence,
     "scale_mixture_kl_divergence": ScaleMixtureKLDivergence,
@@ -377,11 +435,88 @@ def set_dataset_size(model, dataset_size):
     Returns the number of regularizers updated.
     """
     dataset_size = _dataset_size(dataset_size)
+    found = kl_regularizers(model)
+    for regularizer in found:
+        regularizer.dataset_size = dataset_size
+    return len(found)
+
+
+def kl_regularizers(model):
+    """The distinct `KLRegularizer`s held by ``model`` and its sublayers, in a stable order."""
     layers = [model] + list(model.submodules) if hasattr(model, "submodules") else [model]
-    seen = set()
+    found = {}
     for layer in layers:
         for value in list(vars(layer).values()):
-            if isinstance(value, KLRegularizer) and id(value) not in seen:
-                value.dataset_size = dataset_size
-                seen.add(id(value))
-    return len(seen)
+            if isinstance(value, KLRegularizer):
+                found.setdefault(id(value), value)
+    return list(found.values())
+
+
+def set_kl_scale(model, kl_scale):
+    """Makes every KL regularizer of ``model`` multiply its term by ``kl_scale``.
+
+    ``kl_scale`` is a scalar ``tf.Variable`` (read each time a loss is computed, so a
+    traced train step follows its changes without retracing) or None to detach. A train
+    function traced before the call does not read it: attach before the first step (as
+    `KLAnnealing` does, retracing once if the model had already been trained).
+    Returns the number of regularizers whose scale changed.
+    """
+    if kl_scale is not None and not isinstance(kl_scale, tf.Variable):
+        raise TypeError(f"Expected a scalar tf.Variable or None. Received: kl_scale={kl_scale!r}")
+    changed = 0
+    for regularizer in kl_regularizers(model):
+        changed += regularizer.kl_scale is not kl_scale
+        regularizer.kl_scale = kl_scale
+    return changed
+
+
+class KLAnnealing(keras.callbacks.Callback):
+    """Ramps the KL terms' scale linearly from 0 to 1 during ``model.fit`` (KL annealing).
+
+    The scale is a scalar ``tf.Variable`` (``self.kl_scale``) that every `KLRegularizer`
+    of the model multiplies by (`set_kl_scale`, at the start of ``fit``); the callback
+    assigns it before each step (``steps``) or epoch (``epochs``), so the traced train
+    step is not retraced. Over steps the scale of optimizer step ``t`` (``optimizer.
+    iterations``, so it resumes with the optimizer) is ``min(1, (t + 1) / steps)``:
+    uncertainty-baselines' schedule, with ``steps = kl_annealing_epochs ×
+    steps_per_epoch``. Over epochs the scale of epoch ``e`` is ``min(1, (e + 1) /
+    epochs)``. With ``steps_per_execution > 1`` the scale changes between executions.
+    After ``fit`` the regularizers keep reading the variable (1 once the ramp is over).
+
+    Args:
+      steps: the number of optimizer steps of the ramp, or
+      epochs: the number of epochs of the ramp (exactly one of the two).
+    """
+
+    def __init__(self, steps=None, epochs=None):
+        super().__init__()
+        if (steps is None) == (epochs is None):
+            raise ValueError("Expected exactly one of steps and epochs. "
+                             f"Received: steps={steps!r}, epochs={epochs!r}")
+        for name, value in (("steps", steps), ("epochs", epochs)):
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, numbers.Integral) or value < 1):
+                raise ValueError(f"Expected a positive integer. Received: {name}={value!r}")
+        self.steps, self.epochs = steps, epochs
+        self.kl_scale = None
+
+    def scale(self, index):
+        """The scale of optimizer step (or epoch) ``index`` (0-based)."""
+        return min(1.0, (index + 1) / (self.steps or self.epochs))
+
+    def on_train_begin(self, logs=None):
+        if self.kl_scale is None:
+            with self.model.distribute_strategy.scope():
+                self.kl_scale = tf.Variable(0.0, trainable=False, name="kl_scale")
+        if set_kl_scale(self.model, self.kl_scale):
+            # Regularizers newly reading the variable: the train function made for this fit
+            # is not traced yet, but one traced in an earlier fit would not read it.
+            self.model.make_train_function(force=True)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if self.epochs is not None:
+            self.kl_scale.assign(self.scale(epoch))
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.steps is not None:
+            self.kl_scale.assign(self.scale(int(self.model.optimizer.iterations.numpy())))

@@ -1,0 +1,323 @@
+"""SNGP's output layer: a random-feature Gaussian process with a Laplace posterior.
+
+SNGP (Liu et al., 2020, "Simple and Principled Uncertainty Estimation with Deterministic
+Deep Learning via Distance Awareness") replaces a network's dense output layer by a GP
+and bounds its hidden layers' spectral norms (`spectral_norm.SpectralNormalization`), so
+the predictive uncertainty grows with the distance from the training data.
+
+The GP is approximated with ``D`` random Fourier features (`random_features`):
+``f(x) = φ(x)ᵀ β + b`` with a prior ``β ~ N(0, I / ridge)`` per output unit. Training
+fits the MAP ``β`` (a plain ``Dense`` output layer, trained by the loss like any other)
+and accumulates the Laplace approximation's posterior precision of ``β``::
+
+    P = ridge · I + Σ_i w_i φ(x_i) φ(x_i)ᵀ,     Σ = P⁻¹
+
+with ``w_i = 1`` (``'gaussian'`` likelihood, the one uncertainty-baselines uses for
+multi-class SNGP), ``p_i (1 - p_i)`` (``'binary_logistic'``, ``p = sigmoid(logit)``) or
+``exp(logit)`` (``'poisson'``), summed over the examples of an epoch (reset it with
+`GPCovarianceReset`) or as edward2's moving average with ``gp_cov_momentum``. At
+inference the predictive variance of ``x`` is ``φ(x)ᵀ Σ φ(x)``, shared by the output
+units, and `mean_field_logits` turns logits and variance into the mean-field
+approximation of the predictive probabilities.
+
+Design after edward2's ``RandomFeatureGaussianProcess`` and
+``LaplaceRandomFeatureCovariance`` (same argument names where they mean the same),
+with two differences: ``gp_cov_ridge_penalty`` is the prior precision of ``β`` (edward2
+multiplies the covariance by it too, which is the same at uncertainty-baselines' value
+1.0), and the frequencies are i.i.d. draws from the kernel's spectral density
+(uncertainty-baselines uses orthogonal random features).
+"""
+
+import math
+import numbers
+
+import numpy as np
+import tensorflow as tf
+
+from bayes_planet._keras import keras
+from bayes_planet.layers import kernels
+from bayes_planet.layers.base import BayesianLayer, check_positive_int, multi_replica_context
+from bayes_planet.layers.random_features import (
+    add_fourier_weights,
+    fourier_features,
+    sample_frequencies,
+)
+
+__all__ = [
+    "MEAN_FIELD_FACTOR",
+    "GPCovarianceReset",
+    "RandomFeatureGaussianProcess",
+    "gp_layers",
+    "mean_field_logits",
+]
+
+_register = keras.saving.register_keras_serializable(package="bayes_planet")
+
+#: λ = π/8: ``E[sigmoid(f)] ≈ sigmoid(μ / sqrt(1 + λ σ²))`` for ``f ~ N(μ, σ²)`` (the probit
+#: approximation, MacKay 1992), SNGP's mean-field adjustment of the logits.
+MEAN_FIELD_FACTOR = math.pi / 8
+
+_LIKELIHOODS = ("gaussian", "binary_logistic", "poisson")
+
+
+def _non_negative(name, value, positive=False):
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value < 0 or (positive and value == 0)):
+        what = "a positive" if positive else "a non-negative"
+        raise ValueError(f"Expected {what} number. Received: {name}={value!r}")
+    return float(value)
+
+
+def mean_field_logits(logits, variance, mean_field_factor=MEAN_FIELD_FACTOR):
+    """``logits / sqrt(1 + λ · variance)``: the mean-field adjustment of GP logits.
+
+    ``softmax`` (or ``sigmoid``) of the result approximates the predictive probabilities
+    of Gaussian logits with these means and variances (Liu et al., 2020, eq. 13; edward2's
+    ``mean_field_logits`` takes the covariance matrix: pass its diagonal here).
+
+    Args:
+      logits: ``[batch, units]`` (or any shape) posterior mean logits.
+      variance: ``[batch]`` predictive variances (one per example, broadcast over the
+        units), or a tensor broadcastable to ``logits``.
+      mean_field_factor: λ ≥ 0 (default π/8; 0 returns the logits unchanged).
+    """
+    factor = _non_negative("mean_field_factor", mean_field_factor)
+    logits = tf.convert_to_tensor(logits)
+    variance = tf.cast(variance, logits.dtype)
+    if variance.shape.rank is not None and variance.shape.rank == logits.shape.rank - 1:
+        variance = variance[..., None]
+    return logits / tf.sqrt(1.0 + tf.constant(factor, logits.dtype) * variance)
+
+
+@_register
+class RandomFeatureGaussianProcess(keras.layers.Layer):
+    """Random-feature GP output layer with a Laplace posterior covariance (SNGP).
+
+    Computes the MAP logits ``φ(x)ᵀ β + b`` (``φ``: ``num_inducing`` random Fourier
+    features of ``covariance_fn``; ``β, b``: a trainable ``Dense`` output layer). A
+    training call (``training=True``) also adds the batch to the posterior precision of
+    ``β`` (see the module docstring); the covariance ``Σ = P⁻¹`` is recomputed (one
+    Cholesky factorization) at the first inference call after a change and cached.
+    Inference calls return the MAP logits, or with ``mean_field_factor`` set their
+    mean-field adjustment ``logits / sqrt(1 + λ φᵀΣφ)``; with ``return_gp_cov`` the
+    output is ``(logits, covariance)``, the ``[batch, batch]`` predictive covariance
+    ``Φ Σ Φᵀ`` (the identity in training calls, as in edward2). Computes in float32 under
+    a mixed precision policy (as the other GP layers).
+
+    Args:
+      units: the number of outputs (logits).
+      num_inducing: the number of random features D.
+      covariance_fn: a stationary kernel (`kernels` layer or alias) of the features;
+        default `kernels.ExponentiatedQuadratic` with unit amplitude and length scale,
+        trained with the output layer as in `RandomFourierFeatures` (edward2 keeps them
+        fixed: pass a kernel with ``trainable=False``; note that Keras' recursive
+        ``trainable`` setter, which a SavedModel load calls, unfreezes it again).
+      normalize_input: applies a ``LayerNormalization`` to the inputs first.
+      scale_random_features: features ``σ √(2/D) cos(·)`` (True: ``φᵀφ`` approximates the
+        kernel) or ``σ cos(·)`` (False, uncertainty-baselines' SNGP).
+      gp_cov_momentum: None (default) sums the batches' precision terms (reset each
+        epoch with `GPCovarianceReset`; uncertainty-baselines' ``-1``); a float in
+        (0, 1) keeps edward2's moving average ``P ← m P + (1 - m) ΦᵀWΦ / batch``.
+      gp_cov_ridge_penalty: the prior precision of ``β`` (positive; default 1).
+      gp_cov_likelihood: ``'gaussian'``, ``'binary_logistic'`` or ``'poisson'`` (the last
+        two need ``units=1``).
+      l2_regularization: L2 penalty on the output weights ``β`` (0: none).
+      mean_field_factor: None (MAP logits) or λ ≥ 0 for mean-field logits at inference.
+      return_gp_cov: also return the predictive covariance.
+      seed: int seed of the random features.
+
+    Input shape: ``[batch, d]``. Output shape: ``[batch, units]`` (and ``[batch, batch]``).
+    """
+
+    def __init__(self, units, num_inducing=1024, *, covariance_fn=None, normalize_input=False,
+                 scale_random_features=True, gp_cov_momentum=None, gp_cov_ridge_penalty=1.0,
+                 gp_cov_likelihood="gaussian", l2_regularization=0.0, mean_field_factor=None,
+                 return_gp_cov=False, seed=None, **kwargs):
+        super().__init__(**kernels.full_precision(kwargs))
+        self.units = check_positive_int("units", units)
+        self.num_inducing = check_positive_int("num_inducing", num_inducing)
+        self.covariance_fn = kernels.get(
+            "exponentiated_quadratic" if covariance_fn is None else covariance_fn,
+            dtype=self.dtype)
+        sample_frequencies(self.covariance_fn, 1, 1, np.random.default_rng(0))  # Validates.
+        if gp_cov_likelihood not in _LIKELIHOODS:
+            raise ValueError(f"Expected one of {_LIKELIHOODS}. "
+                             f"Received: gp_cov_likelihood={gp_cov_likelihood!r}")
+        if gp_cov_likelihood != "gaussian" and self.units != 1:
+            raise ValueError(f"Expected units=1 for gp_cov_likelihood={gp_cov_likelihood!r}. "
+                             f"Received: units={units}")
+        if gp_cov_momentum is not None and not (
+                isinstance(gp_cov_momentum, numbers.Real) and not isinstance(gp_cov_momentum, bool)
+                and 0.0 < gp_cov_momentum < 1.0):
+            raise ValueError("Expected None or a number in (0, 1). "
+                             f"Received: gp_cov_momentum={gp_cov_momentum!r}")
+        self.gp_cov_momentum = None if gp_cov_momentum is None else float(gp_cov_momentum)
+        self.gp_cov_ridge_penalty = _non_negative("gp_cov_ridge_penalty", gp_cov_ridge_penalty,
+                                                  positive=True)
+        self.gp_cov_likelihood = gp_cov_likelihood
+        self.l2_regularization = _non_negative("l2_regularization", l2_regularization)
+        self.mean_field_factor = (None if mean_field_factor is None else
+                                  _non_negative("mean_field_factor", mean_field_factor))
+        self.normalize_input = bool(normalize_input)
+        self.scale_random_features = bool(scale_random_features)
+        self.return_gp_cov = bool(return_gp_cov)
+        BayesianLayer._init_seed(self, seed)  # Seed validation + base seed.
+        self.input_normalization = (
+            keras.layers.LayerNormalization(dtype=self.dtype_policy, name="input_normalization")
+            if self.normalize_input else None)
+        self.output_layer = keras.layers.Dense(
+            self.units, kernel_regularizer=(keras.regularizers.L2(self.l2_regularization)
+                                            if self.l2_regularization else None),
+            dtype=self.dtype_policy, name="output")
+
+    def build(self, input_shape):
+        input_shape = tf.TensorShape(input_shape)
+        if input_shape.rank != 2 or input_shape[-1] is None:
+            raise ValueError("Expected inputs of shape [batch, d] with a defined d. "
+                             f"Received: input_shape={input_shape}")
+        dim, features = int(input_shape[-1]), self.num_inducing
+        self.input_spec = keras.layers.InputSpec(ndim=2, axes={-1: dim})
+        if self.input_normalization is not None:
+            self.input_normalization.build(input_shape)
+        self.frequencies, self.phases = add_fourier_weights(
+            self, self.covariance_fn, dim, features, np.random.default_rng(self._base_seed))
+        self.output_layer.build(tf.TensorShape([None, features]))
+        first = tf.VariableAggregation.ONLY_FIRST_REPLICA  # Replicas agree (all-reduced).
+        self.precision_matrix = self.add_weight(
+            name="precision_matrix", shape=[features, features], initializer="zeros",
+            trainable=False, aggregation=first)
+        self.covariance_matrix = self.add_weight(
+            name="covariance_matrix", shape=[features, features], trainable=False,
+            initializer=keras.initializers.Identity(1.0 / self.gp_cov_ridge_penalty),
+            aggregation=first)
+        # Whether the precision changed since the covariance was computed.
+        self.covariance_is_stale = self.add_weight(
+            name="covariance_is_stale", shape=[], dtype=tf.bool, trainable=False,
+            aggregation=first)
+        super().build(input_shape)
+
+    def features(self, inputs):
+        """``[batch, D]`` random features φ(x) (after the input normalization, if any)."""
+        x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
+        if not self.built:
+            self._maybe_build(x)
+        if self.input_normalization is not None:
+            x = self.input_normalization(x)
+        return fourier_features(x, self.covariance_fn, self.frequencies, self.phases,
+                                scale=self.scale_random_features)
+
+    def call(self, inputs, training=None):
+        phi = self.features(inputs)
+        logits = self.output_layer(phi)
+        if training:
+            self._update_precision(phi, logits)
+            if self.return_gp_cov:
+                return logits, tf.eye(tf.shape(phi)[0], dtype=logits.dtype)
+            return logits
+        if not self.return_gp_cov and self.mean_field_factor is None:
+            return logits
+        phi_sigma = tf.matmul(phi, self.covariance())
+        if self.return_gp_cov:
+            covariance = tf.matmul(phi_sigma, phi, transpose_b=True)
+            variance = tf.linalg.diag_part(covariance)
+        else:
+            variance = tf.reduce_sum(phi_sigma * phi, axis=-1)
+        if self.mean_field_factor is not None:
+            logits = mean_field_logits(logits, variance, self.mean_field_factor)
+        return (logits, covariance) if self.return_gp_cov else logits
+
+    def _update_precision(self, phi, logits):
+        phi, logits = tf.stop_gradient(phi), tf.stop_gradient(logits)
+        if self.gp_cov_likelihood == "binary_logistic":
+            prob = tf.sigmoid(logits)
+            phi = phi * tf.sqrt(prob * (1.0 - prob))
+        elif self.gp_cov_likelihood == "poisson":
+            phi = phi * tf.exp(0.5 * logits)
+        batch_precision = tf.matmul(phi, phi, transpose_a=True)
+        batch = tf.cast(tf.shape(phi)[0], phi.dtype)
+        ctx = multi_replica_context()
+        if ctx is not None:  # The global batch's term, the same on every replica.
+            batch_precision, batch = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                                    [batch_precision, batch])
+        precision = tf.convert_to_tensor(self.precision_matrix)
+        if self.gp_cov_momentum is None:
+            updated = precision + batch_precision
+        else:
+            m = self.gp_cov_momentum
+            updated = m * precision + (1.0 - m) * batch_precision / batch
+        self.precision_matrix.assign(updated)
+        self.covariance_is_stale.assign(True)
+
+    def covariance(self):
+        """Σ = (ridge · I + P)⁻¹, the ``[D, D]`` Laplace posterior covariance of ``β``.
+
+        Computed (Cholesky) and stored when the precision changed since the last time,
+        else read from the stored value.
+        """
+        if not self.built:
+            raise ValueError("Expected a built layer: call it on an input first.")
+
+        def refresh():
+            eye = tf.eye(self.num_inducing, dtype=self.precision_matrix.dtype)
+            chol = tf.linalg.cholesky(self.gp_cov_ridge_penalty * eye + self.precision_matrix)
+            value = tf.linalg.cholesky_solve(chol, eye)
+            with tf.control_dependencies([self.covariance_matrix.assign(value),
+                                          self.covariance_is_stale.assign(False)]):
+                return tf.identity(value)
+
+        return tf.cond(tf.convert_to_tensor(self.covariance_is_stale), refresh,
+                       lambda: tf.convert_to_tensor(self.covariance_matrix))
+
+    def reset_covariance_matrix(self):
+        """Resets the precision to the prior's (``P = ridge · I``), e.g. at an epoch start."""
+        self.precision_matrix.assign(tf.zeros_like(self.precision_matrix))
+        self.covariance_is_stale.assign(True)
+
+    def compute_output_shape(self, input_shape):
+        logits = tf.TensorShape(input_shape)[:-1].concatenate([self.units])
+        if self.return_gp_cov:
+            return logits, tf.TensorShape([input_shape[0], input_shape[0]])
+        return logits
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            units=self.units, num_inducing=self.num_inducing,
+            covariance_fn=kernels.serialize(self.covariance_fn),
+            normalize_input=self.normalize_input,
+            scale_random_features=self.scale_random_features,
+            gp_cov_momentum=self.gp_cov_momentum,
+            gp_cov_ridge_penalty=self.gp_cov_ridge_penalty,
+            gp_cov_likelihood=self.gp_cov_likelihood,
+            l2_regularization=self.l2_regularization,
+            mean_field_factor=self.mean_field_factor,
+            return_gp_cov=self.return_gp_cov,
+            seed=self.seed,
+        )
+        return config
+
+
+def gp_layers(model):
+    """The `RandomFeatureGaussianProcess` layers of ``model`` (itself included)."""
+    candidates = [model] + list(getattr(model, "submodules", ()))
+    return [m for m in candidates if isinstance(m, RandomFeatureGaussianProcess)]
+
+
+class GPCovarianceReset(keras.callbacks.Callback):
+    """Resets every `RandomFeatureGaussianProcess`'s precision at the start of each epoch.
+
+    With the default ``gp_cov_momentum=None`` each layer sums the precision terms of the
+    batches it trains on; this callback makes that sum one epoch's (uncertainty-baselines
+    resets at each epoch's first step), so after ``fit`` the covariance is the Laplace
+    posterior of the last epoch's features. Layers with a momentum need no reset.
+    """
+
+    def on_train_begin(self, logs=None):
+        self._layers = gp_layers(self.model)
+        if not self._layers:
+            raise ValueError("Expected a model with a RandomFeatureGaussianProcess layer. "
+                             f"Received: model={self.model.name!r}")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        for layer in self._layers:
+            layer.reset_covariance_matrix()
