@@ -92,6 +92,8 @@ CASES = {
     "MultiHeadAttentionReparameterization": (
         lambda: bl.MultiHeadAttentionReparameterization(2, 3, **F64), (2, 4, 6), _attend),
     "TransformerBlock": (lambda: bl.TransformerBlock(2, 3, 8, **F64), (2, 4, 6), _plain),
+    "MCDropout+Dense": (lambda: keras.Sequential([bl.MCDropout(0.3, seed=0, **F64),
+                                                  keras.layers.Dense(3, **F64)]), (4, 5), _plain),
 }
 
 

@@ -44,6 +44,7 @@ TWINS = {
     bl.EinsumDenseFlipout: (keras.layers.EinsumDense, (2, 5)),
     bl.MultiHeadAttentionReparameterization: (keras.layers.MultiHeadAttention, (2, 4, 6)),
     bl.MultiHeadAttentionFlipout: (keras.layers.MultiHeadAttention, (2, 4, 6)),
+    bl.MCDropout: (keras.layers.Dropout, (2, 5)),
 }
 
 # Positional parameters that newer Keras releases append to a twin's signature
@@ -69,13 +70,16 @@ LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
                 for cls in (bl.DenseRank1, bl.DenseBatchEnsemble)}
 # Layers without noise take no ``seed``.
 NOISELESS = (bl.DenseBatchEnsemble,)
+# Layers whose Keras twin takes the ``seed`` itself (positionally, in the twin's place).
+TWIN_SEEDED = (bl.MCDropout,)
 # Keys whose Bayesian value is a distribution initializer / KL regularizer object that a
 # Keras twin cannot hold: compared by presence only.
 BAYESIAN_KEYS = {"kernel_initializer", "recurrent_initializer", "kernel_regularizer",
                  "recurrent_regularizer"}
 # MultiHeadAttention's output_shape is a shape; the probe for EinsumDense is an int.
 PAIR_PROBES = {keras.layers.MultiHeadAttention: {"output_shape": None, "dropout": 0.1,
-                                                 "softmax_robust_masking": False}}
+                                                 "softmax_robust_masking": False},
+               keras.layers.Dropout: {"rate": 0.3, "noise_shape": None, "seed": 3}}
 
 
 def _params(cls):
@@ -118,7 +122,7 @@ def test_signature_extends_the_keras_twin(ours, twin, shape):
     assert all(p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD)
                for p in extra), [(p.name, str(p.kind)) for p in extra]
     assert extra and extra[-1].kind is inspect.Parameter.VAR_KEYWORD  # **kwargs last
-    assert any(p.name == "seed" for p in extra) or ours in NOISELESS
+    assert any(p.name == "seed" for p in extra) or ours in NOISELESS + TWIN_SEEDED
 
 
 def _positional_args(twin, ours=None):
@@ -134,7 +138,7 @@ def test_same_positional_arguments_build_the_same_layer(ours, twin, shape):
         "glorot_uniform" if p.name in ("kernel_initializer", "recurrent_initializer")
         else None if p.name in ("kernel_regularizer", "recurrent_regularizer") else a
         for p, a in zip(_params(twin), args, strict=False)]
-    ours_layer = ours(*args) if ours in NOISELESS else ours(*args, seed=3)
+    ours_layer = ours(*args) if ours in NOISELESS + TWIN_SEEDED else ours(*args, seed=3)
     twin_layer = twin(*keras_args)
     mine, theirs = ours_layer.get_config(), twin_layer.get_config()
     for key, value in theirs.items():

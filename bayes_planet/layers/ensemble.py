@@ -36,7 +36,7 @@ from bayes_planet.layers.base import (
 from bayes_planet.layers.initializers import DistributionInitializer, MomentsUnavailableError
 from bayes_planet.layers.noise import standard_normal
 
-__all__ = ["DenseBatchEnsemble", "DenseRank1"]
+__all__ = ["DenseBatchEnsemble", "DenseRank1", "member_rows"]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
@@ -53,7 +53,7 @@ def _point_initializer(name, value):
     return resolved
 
 
-def _member_rows(x, ensemble_size):
+def member_rows(x, ensemble_size):
     """Rows per member, ``batch // ensemble_size``; a one-line error if it does not divide."""
     static = x.shape[0]
     if static is not None:
@@ -150,7 +150,7 @@ class _EnsembleDense(keras.layers.Dense):
     def call(self, inputs, training=None):
         del training  # The same computation in training and inference.
         x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
-        rows = _member_rows(x, self.ensemble_size)
+        rows = member_rows(x, self.ensemble_size)
         batch_shape = tf.shape(x)[:-1]
         x4 = tf.reshape(x, [self.ensemble_size, rows, -1, x.shape[-1]])
         alpha, gamma = self._factors(rows, x.dtype)
