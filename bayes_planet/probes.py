@@ -59,6 +59,7 @@ __all__ = [
     "load_episodes",
     "physics_names",
     "probe_run",
+    "reward_errors",
 ]
 
 GROUPS = ("position", "velocity", "task")
@@ -290,10 +291,12 @@ def _latent_seed(seed, part, episode, loop):
 
 def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent, seed, part,
            weight_seed=None):
-    """Closed- and open-loop features with their targets over the episodes of ``part``."""
-    closed_x, closed_y = [], []
+    """Closed- and open-loop features with their targets over the episodes of ``part``, and
+    the rewards received at the steps the features predict (closed loop, then per horizon)."""
+    closed_x, closed_y, closed_r = [], [], []
     open_x = {h: [] for h in horizons}
     open_y = {h: [] for h in horizons}
+    open_r = {h: [] for h in horizons}
     for i, episode in enumerate(episodes):
         if "physics" not in episode:
             raise ValueError("Expected episodes with the true 'physics' state. Received keys "
@@ -302,6 +305,8 @@ def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent,
         closed_x.append(encode_closed_loop(model, episode, _latent_seed(seed, part, i, 0),
                                            latent, weight_seed))
         closed_y.append(targets)
+        rewards = np.asarray(episode["reward"], np.float32)
+        closed_r.append(rewards)
         feats, index = encode_open_loop(model, episode, context, horizons,
                                         _latent_seed(seed, part, i, 1), latent, stride,
                                         weight_seed)
@@ -309,9 +314,25 @@ def _stack(model, episodes, nq, nv, with_obs, context, horizons, stride, latent,
             if feats[h] is not None:
                 open_x[h].append(feats[h])
                 open_y[h].append(targets[index[h]])
+                open_r[h].append(rewards[index[h]])
     cat = lambda xs: np.concatenate(xs) if xs else None  # noqa: E731
     return ((cat(closed_x), cat(closed_y)),
-            {h: (cat(open_x[h]), cat(open_y[h])) for h in horizons})
+            {h: (cat(open_x[h]), cat(open_y[h])) for h in horizons},
+            (cat(closed_r), {h: cat(open_r[h]) for h in horizons}))
+
+
+def reward_errors(model, features, rewards):
+    """The reward head's error on latent ``features`` ``[N, F]`` against the ``rewards``
+    ``[N]`` received there: ``{rmse, mae, bias, r2}`` (bias = mean(predicted − true);
+    r2 = 1 − SSE / SST, negative when worse than predicting the mean)."""
+    import tensorflow as tf
+
+    predicted = model.reward_head(model.reward_net(tf.constant(features, tf.float32)))
+    error = predicted.distribution.mean().numpy()[:, 0] - rewards
+    total = float(np.sum(np.square(rewards - rewards.mean())))
+    return {"rmse": float(np.sqrt(np.mean(error ** 2))), "mae": float(np.mean(np.abs(error))),
+            "bias": float(np.mean(error)),
+            "r2": float(1 - np.sum(error ** 2) / total) if total > 0 else float("nan")}
 
 
 # ---------------------------------------------------------------- the command
@@ -397,10 +418,13 @@ def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     weight_seed = seeds.pair(seed, "probe_shared_weights") if weights == "shared" else None
     mode = posterior_mean(model) if weights == "mean" else contextlib.nullcontext()
     with mode:
-        (cx, cy), open_train = _stack(model, train, *args, seed=seed, part="train",
-                                      weight_seed=weight_seed)
-        (tx, ty), open_test = _stack(model, test, *args, seed=seed, part="test",
-                                     weight_seed=weight_seed)
+        (cx, cy), open_train, _ = _stack(model, train, *args, seed=seed, part="train",
+                                         weight_seed=weight_seed)
+        (tx, ty), open_test, (closed_r, open_r) = _stack(
+            model, test, *args, seed=seed, part="test", weight_seed=weight_seed)
+        rewards = {"closed_loop": reward_errors(model, tx, closed_r), "open_loop": {
+            str(h): reward_errors(model, open_test[h][0], open_r[h])
+            for h in horizons if open_test[h][0] is not None}}
     fit = dict(names=names, groups=groups, mlp_hidden=mlp_hidden, alpha=alpha,
                seed=seeds.int_seed(seed, "probe_mlp"))
     closed, closed_probes = fit_probes(cx, cy, tx, ty, **fit)
@@ -412,6 +436,7 @@ def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="r
         "test_source": test_from, "test_episodes": len(test), "test_samples": len(tx),
         "latent": latent, "weights": weights, "context": context, "horizons": horizons, "stride": stride,
         "quantities": groups, "closed_loop": closed, "open_loop": {},
+        "reward": rewards,
     }
     open_probes = {}
     for h in horizons:
@@ -442,6 +467,12 @@ def summary(report):
     for label, entry in rows:
         lines.append(f"{label:<16}" + "".join(f"{entry[p]['mean'][g]:>18.3f}"
                                               for p in ("ridge", "mlp") for g in groups))
+    if "reward" in report:  # Reports written before the reward head's errors were added lack it.
+        reward = report["reward"]
+        lines.append("reward head on the same held-out steps: RMSE / R²")
+        rows = [("closed loop", reward["closed_loop"])]
+        rows += [(f"open loop h={h}", r) for h, r in reward["open_loop"].items()]
+        lines += [f"{label:<16}{r['rmse']:>10.4f}{r['r2']:>10.3f}" for label, r in rows]
     return "\n".join(lines)
 
 

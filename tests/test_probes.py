@@ -136,6 +136,10 @@ def test_probe_command_writes_report_and_plot(trained_run, tmp_path):
     for entry in [report["closed_loop"], *report["open_loop"].values()]:
         for probe in ("ridge", "mlp"):
             assert np.isfinite(list(entry[probe]["r2"].values())).all()
+    # The reward head's own error at the probed steps: closed loop and every horizon.
+    assert sorted(report["reward"]["open_loop"]) == ["1", "3"]
+    for entry in [report["reward"]["closed_loop"], *report["reward"]["open_loop"].values()]:
+        assert entry["rmse"] >= entry["mae"] >= abs(entry["bias"]) and np.isfinite(entry["r2"])
     # A second model (here: the same run) is probed on exactly the shared episodes.
     again = tmp_path / "again"
     assert cli.main(["probe", "--logdir", str(trained_run), "--out", str(again),
@@ -154,6 +158,31 @@ def test_probe_command_writes_report_and_plot(trained_run, tmp_path):
     assert json.loads((mean_weights / "probe.json").read_text())["weights"] == "mean"
     with pytest.raises(ValueError, match="weights='all'"):
         probe_run(trained_run, weights="all")
+
+
+def test_reward_errors_closed_form():
+    """A reward head that predicts exactly 0.5 everywhere (zero kernel, bias 0.5): errors
+    against known rewards follow from their definitions."""
+    import tensorflow as tf
+
+    from bayes_planet import config as config_lib
+    from bayes_planet.probes import reward_errors
+    from bayes_planet.world_model import WorldModel
+
+    tf.keras.utils.set_random_seed(0)
+    model = WorldModel(config_lib.load(["debug"]), (5,), 1)
+    out = model.reward_net.out
+    out.kernel.assign(tf.zeros_like(out.kernel))
+    out.bias.assign([0.5])
+    rewards = np.array([0.0, 1.0, 0.5, 0.9], np.float32)
+    features = np.random.default_rng(0).normal(size=(4, 20)).astype(np.float32)
+    got = reward_errors(model, features, rewards)
+    error = 0.5 - rewards
+    np.testing.assert_allclose(got["rmse"], np.sqrt(np.mean(error ** 2)), rtol=1e-6)
+    np.testing.assert_allclose(got["mae"], np.mean(np.abs(error)), rtol=1e-6)
+    np.testing.assert_allclose(got["bias"], np.mean(error), rtol=1e-6, atol=1e-7)
+    expected_r2 = 1 - np.sum(error ** 2) / np.sum((rewards - rewards.mean()) ** 2)
+    np.testing.assert_allclose(got["r2"], expected_r2, rtol=1e-5)
 
 
 def test_probe_command_reports_a_missing_run(tmp_path, capsys):
