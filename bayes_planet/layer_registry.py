@@ -12,7 +12,9 @@ Families are the layer types: ``'dense'``, ``'conv1d'``, ``'conv2d'``,
 ``'einsum_dense'``, ``'multi_head_attention'``, ``'lstm_cell'``, ``'gru_cell'``, and
 ``'dense_ensemble'`` (rank-1 and BatchEnsemble dense layers: a family of its own because
 they need the ensemble batch convention of `bayes_planet.layers.ensemble`, while the
-``'dense'`` family's readers feed plain batches).
+``'dense'`` family's readers feed plain batches), and for the same reason
+``'lstm_cell_ensemble'`` and ``'gru_cell_ensemble'`` (rank-1 cells,
+`bayes_planet.layers.ensemble_recurrent`).
 Estimators are the ways a family's weights are sampled (`bayes_planet.layers.estimators`)
 or, for ``'variational_dropout'``, a whole recipe (its own prior; it samples only with
 ``training=True`` and prunes at inference), which ``estimators(family,
@@ -65,6 +67,12 @@ _FAMILIES = {
     "gru_cell": ("GRUCell", {
         "reparameterization": "recurrent.GRUCellReparameterization",
         "flipout": "recurrent.GRUCellFlipout",
+    }),
+    "lstm_cell_ensemble": ("LSTMCell", {
+        "rank1": "ensemble_recurrent.LSTMCellRank1",
+    }),
+    "gru_cell_ensemble": ("GRUCell", {
+        "rank1": "ensemble_recurrent.GRUCellRank1",
     }),
 }
 DETERMINISTIC = "deterministic"

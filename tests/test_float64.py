@@ -56,6 +56,8 @@ CASES = {
     "LSTMCellFlipout": (lambda: bl.LSTMCellFlipout(3, **F64), (2, 4, 3), _rnn),
     "GRUCellReparameterization": (lambda: bl.GRUCellReparameterization(3, **F64), (2, 4, 3),
                                   _rnn),
+    "LSTMCellRank1": (lambda: bl.LSTMCellRank1(3, ensemble_size=2, **F64), (2, 4, 3), _rnn),
+    "GRUCellRank1": (lambda: bl.GRUCellRank1(3, ensemble_size=2, **F64), (2, 4, 3), _rnn),
     "GaussianProcess": (lambda: bl.GaussianProcess(2, **F64), (5, 2), _plain),
     "SparseGaussianProcess": (lambda: bl.SparseGaussianProcess(2, 3, **F64), (5, 2), _plain),
     "RandomFourierFeatures": (lambda: bl.RandomFourierFeatures(2, 8, **F64), (5, 2), _plain),

@@ -40,6 +40,8 @@ TWINS = {
     bl.LSTMCellFlipout: (keras.layers.LSTMCell, (2, 3)),
     bl.GRUCellReparameterization: (keras.layers.GRUCell, (2, 3)),
     bl.GRUCellFlipout: (keras.layers.GRUCell, (2, 3)),
+    bl.LSTMCellRank1: (keras.layers.LSTMCell, (4, 3)),  # ensemble cells: batch divisible by 4
+    bl.GRUCellRank1: (keras.layers.GRUCell, (4, 3)),
     bl.EinsumDenseReparameterization: (keras.layers.EinsumDense, (2, 5)),
     bl.EinsumDenseFlipout: (keras.layers.EinsumDense, (2, 5)),
     bl.MultiHeadAttentionReparameterization: (keras.layers.MultiHeadAttention, (2, 4, 6)),
@@ -67,6 +69,9 @@ PROBES = {
 # Per-layer probes: the ensemble layers' kernel is a point estimate (no posterior).
 LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
                 for cls in (bl.DenseRank1, bl.DenseBatchEnsemble)}
+LAYER_PROBES.update({cls: {"kernel_initializer": "glorot_uniform",
+                           "recurrent_initializer": "orthogonal"}
+                     for cls in (bl.LSTMCellRank1, bl.GRUCellRank1)})
 # Layers without noise take no ``seed``.
 NOISELESS = (bl.DenseBatchEnsemble,)
 # Keys whose Bayesian value is a distribution initializer / KL regularizer object that a

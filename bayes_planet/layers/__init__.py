@@ -31,6 +31,7 @@ from bayes_planet.layers.dense import (
     DenseVariationalDropout,
 )
 from bayes_planet.layers.ensemble import DenseBatchEnsemble, DenseRank1
+from bayes_planet.layers.ensemble_recurrent import GRUCellRank1, LSTMCellRank1
 from bayes_planet.layers.flows import (
     MADE,
     ActNorm,
@@ -128,10 +129,12 @@ __all__ = [
     "ExponentiatedQuadratic",
     "FixedNormal",
     "GRUCellFlipout",
+    "GRUCellRank1",
     "GRUCellReparameterization",
     "GaussianProcess",
     "GridPoissonProcess",
     "LSTMCellFlipout",
+    "LSTMCellRank1",
     "LSTMCellReparameterization",
     "Linear",
     "LinearMean",
