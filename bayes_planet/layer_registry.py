@@ -13,8 +13,10 @@ Families are the layer types: ``'dense'``, ``'conv1d'``, ``'conv2d'``,
 ``'dense_ensemble'`` (rank-1 and BatchEnsemble dense layers: a family of its own because
 they need the ensemble batch convention of `bayes_planet.layers.ensemble`, while the
 ``'dense'`` family's readers feed plain batches), and for the same reason
-``'lstm_cell_ensemble'`` and ``'gru_cell_ensemble'`` (rank-1 cells,
-`bayes_planet.layers.ensemble_recurrent`).
+``'einsum_dense_ensemble'``, ``'multi_head_attention_ensemble'`` (rank-1 attention,
+`bayes_planet.layers.ensemble_attention`; the Transformer reads them, see
+`bayes_planet.layers.transformer`), ``'lstm_cell_ensemble'`` and ``'gru_cell_ensemble'``
+(rank-1 cells, `bayes_planet.layers.ensemble_recurrent`).
 Estimators are the ways a family's weights are sampled (`bayes_planet.layers.estimators`)
 or, for ``'variational_dropout'``, a whole recipe (its own prior; it samples only with
 ``training=True`` and prunes at inference), which ``estimators(family,
@@ -67,6 +69,12 @@ _FAMILIES = {
     "gru_cell": ("GRUCell", {
         "reparameterization": "recurrent.GRUCellReparameterization",
         "flipout": "recurrent.GRUCellFlipout",
+    }),
+    "einsum_dense_ensemble": ("EinsumDense", {
+        "rank1": "ensemble_attention.EinsumDenseRank1",
+    }),
+    "multi_head_attention_ensemble": ("MultiHeadAttention", {
+        "rank1": "ensemble_attention.MultiHeadAttentionRank1",
     }),
     "lstm_cell_ensemble": ("LSTMCell", {
         "rank1": "ensemble_recurrent.LSTMCellRank1",

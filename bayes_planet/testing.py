@@ -23,7 +23,8 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 
-__all__ = ["CellRNN", "check_distinct_initial_weights", "run_layer_test", "to_tensor"]
+__all__ = ["CellRNN", "SelfAttention", "check_distinct_initial_weights", "run_layer_test",
+           "to_tensor"]
 
 
 def to_tensor(x):
@@ -134,6 +135,25 @@ class CellRNN(keras.layers.RNN):
     def build_from_config(self, config):
         # Keras 2.15's RNN.build reads a JSON list shape as a list of input shapes.
         self.build(tuple(config["input_shape"]))
+
+
+@keras.saving.register_keras_serializable(package="bayes_planet_testing")
+class SelfAttention(keras.layers.Layer):
+    """``attention(x, x)``: a one-input face of an attention layer for the contract harness
+    (``run_layer_test(SelfAttention, {"attention": serialized attention layer}, ...)``)."""
+
+    def __init__(self, attention, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(attention, dict):
+            attention = keras.saving.deserialize_keras_object(copy.deepcopy(attention))
+        self.attention = attention
+
+    def call(self, inputs):
+        return self.attention(inputs, inputs)
+
+    def get_config(self):
+        return {**super().get_config(),
+                "attention": keras.saving.serialize_keras_object(self.attention)}
 
 
 def check_distinct_initial_weights(layer, allowed=()):

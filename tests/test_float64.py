@@ -85,6 +85,10 @@ CASES = {
     "MultiHeadAttentionReparameterization": (
         lambda: bl.MultiHeadAttentionReparameterization(2, 3, **F64), (2, 4, 6), _attend),
     "TransformerBlock": (lambda: bl.TransformerBlock(2, 3, 8, **F64), (2, 4, 6), _plain),
+    "EinsumDenseRank1": (lambda: bl.EinsumDenseRank1("abc,cd->abd", (None, 3), bias_axes="d",
+                                                     ensemble_size=2, **F64), (2, 4, 5), _plain),
+    "MultiHeadAttentionRank1": (
+        lambda: bl.MultiHeadAttentionRank1(2, 3, ensemble_size=2, **F64), (2, 4, 6), _attend),
 }
 
 

@@ -46,6 +46,8 @@ TWINS = {
     bl.EinsumDenseFlipout: (keras.layers.EinsumDense, (2, 5)),
     bl.MultiHeadAttentionReparameterization: (keras.layers.MultiHeadAttention, (2, 4, 6)),
     bl.MultiHeadAttentionFlipout: (keras.layers.MultiHeadAttention, (2, 4, 6)),
+    bl.EinsumDenseRank1: (keras.layers.EinsumDense, (4, 5)),
+    bl.MultiHeadAttentionRank1: (keras.layers.MultiHeadAttention, (4, 4, 6)),
 }
 
 # Positional parameters that newer Keras releases append to a twin's signature
@@ -68,7 +70,8 @@ PROBES = {
 }
 # Per-layer probes: the ensemble layers' kernel is a point estimate (no posterior).
 LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
-                for cls in (bl.DenseRank1, bl.DenseBatchEnsemble)}
+                for cls in (bl.DenseRank1, bl.DenseBatchEnsemble, bl.EinsumDenseRank1,
+                            bl.MultiHeadAttentionRank1)}
 LAYER_PROBES.update({cls: {"kernel_initializer": "glorot_uniform",
                            "recurrent_initializer": "orthogonal"}
                      for cls in (bl.LSTMCellRank1, bl.GRUCellRank1)})

@@ -31,6 +31,7 @@ from bayes_planet.layers.dense import (
     DenseVariationalDropout,
 )
 from bayes_planet.layers.ensemble import DenseBatchEnsemble, DenseRank1
+from bayes_planet.layers.ensemble_attention import EinsumDenseRank1, MultiHeadAttentionRank1
 from bayes_planet.layers.ensemble_recurrent import GRUCellRank1, LSTMCellRank1
 from bayes_planet.layers.flows import (
     MADE,
@@ -124,6 +125,7 @@ __all__ = [
     "DiscretizedDistribution",
     "DistributionInitializer",
     "EinsumDenseFlipout",
+    "EinsumDenseRank1",
     "EinsumDenseReparameterization",
     "Exp",
     "ExponentiatedQuadratic",
@@ -147,6 +149,7 @@ __all__ = [
     "MixtureLogistic",
     "MixtureNormal",
     "MultiHeadAttentionFlipout",
+    "MultiHeadAttentionRank1",
     "MultiHeadAttentionReparameterization",
     "Normal",
     "NormalEmpiricalBayesKLDivergence",
