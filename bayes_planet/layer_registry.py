@@ -12,7 +12,11 @@ Families are the layer types: ``'dense'``, ``'conv1d'``, ``'conv2d'``,
 ``'einsum_dense'``, ``'multi_head_attention'``, ``'lstm_cell'``, ``'gru_cell'``, and
 ``'dense_ensemble'`` (rank-1 and BatchEnsemble dense layers: a family of its own because
 they need the ensemble batch convention of `bayes_planet.layers.ensemble`, while the
-``'dense'`` family's readers feed plain batches).
+``'dense'`` family's readers feed plain batches), and for the same reason
+``'einsum_dense_ensemble'``, ``'multi_head_attention_ensemble'`` (rank-1 attention,
+`bayes_planet.layers.ensemble_attention`; the Transformer reads them, see
+`bayes_planet.layers.transformer`), ``'lstm_cell_ensemble'`` and ``'gru_cell_ensemble'``
+(rank-1 cells, `bayes_planet.layers.ensemble_recurrent`).
 Estimators are the ways a family's weights are sampled (`bayes_planet.layers.estimators`)
 or, for ``'variational_dropout'``, a whole recipe (its own prior; it samples only with
 ``training=True`` and prunes at inference), which ``estimators(family,
@@ -65,6 +69,18 @@ _FAMILIES = {
     "gru_cell": ("GRUCell", {
         "reparameterization": "recurrent.GRUCellReparameterization",
         "flipout": "recurrent.GRUCellFlipout",
+    }),
+    "einsum_dense_ensemble": ("EinsumDense", {
+        "rank1": "ensemble_attention.EinsumDenseRank1",
+    }),
+    "multi_head_attention_ensemble": ("MultiHeadAttention", {
+        "rank1": "ensemble_attention.MultiHeadAttentionRank1",
+    }),
+    "lstm_cell_ensemble": ("LSTMCell", {
+        "rank1": "ensemble_recurrent.LSTMCellRank1",
+    }),
+    "gru_cell_ensemble": ("GRUCell", {
+        "rank1": "ensemble_recurrent.GRUCellRank1",
     }),
 }
 DETERMINISTIC = "deterministic"

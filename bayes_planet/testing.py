@@ -10,6 +10,7 @@ included), gradients to every trainable variable across two separate
 that hands one initializer to several weights gets each its own draw).
 """
 
+import copy
 import inspect
 import itertools
 import json
@@ -22,7 +23,8 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 
-__all__ = ["check_distinct_initial_weights", "run_layer_test", "to_tensor"]
+__all__ = ["CellRNN", "SelfAttention", "check_distinct_initial_weights", "run_layer_test",
+           "to_tensor"]
 
 
 def to_tensor(x):
@@ -117,6 +119,41 @@ def run_layer_test(
     if run_fit:
         _check_fit(model, x, loss)
     return layer
+
+
+@keras.saving.register_keras_serializable(package="bayes_planet_testing")
+class CellRNN(keras.layers.RNN):
+    """`keras.layers.RNN` taking a serialized cell, so the contract harness can build
+    fresh RNN layers (each with its own cell) from constructor kwargs:
+    ``run_layer_test(CellRNN, {"cell": keras.saving.serialize_keras_object(cell)}, ...)``."""
+
+    def __init__(self, cell, **kwargs):
+        if isinstance(cell, dict):
+            cell = keras.saving.deserialize_keras_object(copy.deepcopy(cell))
+        super().__init__(cell, **kwargs)
+
+    def build_from_config(self, config):
+        # Keras 2.15's RNN.build reads a JSON list shape as a list of input shapes.
+        self.build(tuple(config["input_shape"]))
+
+
+@keras.saving.register_keras_serializable(package="bayes_planet_testing")
+class SelfAttention(keras.layers.Layer):
+    """``attention(x, x)``: a one-input face of an attention layer for the contract harness
+    (``run_layer_test(SelfAttention, {"attention": serialized attention layer}, ...)``)."""
+
+    def __init__(self, attention, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(attention, dict):
+            attention = keras.saving.deserialize_keras_object(copy.deepcopy(attention))
+        self.attention = attention
+
+    def call(self, inputs):
+        return self.attention(inputs, inputs)
+
+    def get_config(self):
+        return {**super().get_config(),
+                "attention": keras.saving.serialize_keras_object(self.attention)}
 
 
 def check_distinct_initial_weights(layer, allowed=()):

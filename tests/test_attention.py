@@ -1,7 +1,6 @@
 """Bayesian EinsumDense, multi-head attention and Transformer: contract, Keras
 equivalence, estimator semantics, gradients, mixed precision, XLA and strategy."""
 
-import copy
 import subprocess
 import sys
 import textwrap
@@ -21,30 +20,12 @@ from bayes_planet.layers.attention import (
 )
 from bayes_planet.layers.initializers import TrainableNormal
 from bayes_planet.layers.transformer import PositionEmbedding, TransformerBlock, build_transformer
-from bayes_planet.testing import run_layer_test
+from bayes_planet.testing import SelfAttention, run_layer_test
 
 MHAS = [layer_registry.get("multi_head_attention", e)  # every registered one
         for e in layer_registry.estimators("multi_head_attention")[1:]]
 EINSUMS = [layer_registry.get("einsum_dense", e) for e in layer_registry.estimators("einsum_dense")[1:]]
 PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
-
-
-@keras.saving.register_keras_serializable(package="bayes_planet_tests")
-class SelfAttention(keras.layers.Layer):
-    """``attention(x, x)``: a one-input face for the contract harness."""
-
-    def __init__(self, attention, **kwargs):
-        super().__init__(**kwargs)
-        if isinstance(attention, dict):
-            attention = keras.saving.deserialize_keras_object(copy.deepcopy(attention))
-        self.attention = attention
-
-    def call(self, inputs):
-        return self.attention(inputs, inputs)
-
-    def get_config(self):
-        return {**super().get_config(),
-                "attention": keras.saving.serialize_keras_object(self.attention)}
 
 
 def _data(*shape, seed=0):

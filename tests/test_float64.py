@@ -56,6 +56,8 @@ CASES = {
     "LSTMCellFlipout": (lambda: bl.LSTMCellFlipout(3, **F64), (2, 4, 3), _rnn),
     "GRUCellReparameterization": (lambda: bl.GRUCellReparameterization(3, **F64), (2, 4, 3),
                                   _rnn),
+    "LSTMCellRank1": (lambda: bl.LSTMCellRank1(3, ensemble_size=2, **F64), (2, 4, 3), _rnn),
+    "GRUCellRank1": (lambda: bl.GRUCellRank1(3, ensemble_size=2, **F64), (2, 4, 3), _rnn),
     "GaussianProcess": (lambda: bl.GaussianProcess(2, **F64), (5, 2), _plain),
     "SparseGaussianProcess": (lambda: bl.SparseGaussianProcess(2, 3, **F64), (5, 2), _plain),
     "RandomFourierFeatures": (lambda: bl.RandomFourierFeatures(2, 8, **F64), (5, 2), _plain),
@@ -94,6 +96,10 @@ CASES = {
     "TransformerBlock": (lambda: bl.TransformerBlock(2, 3, 8, **F64), (2, 4, 6), _plain),
     "MCDropout+Dense": (lambda: keras.Sequential([bl.MCDropout(0.3, seed=0, **F64),
                                                   keras.layers.Dense(3, **F64)]), (4, 5), _plain),
+    "EinsumDenseRank1": (lambda: bl.EinsumDenseRank1("abc,cd->abd", (None, 3), bias_axes="d",
+                                                     ensemble_size=2, **F64), (2, 4, 5), _plain),
+    "MultiHeadAttentionRank1": (
+        lambda: bl.MultiHeadAttentionRank1(2, 3, ensemble_size=2, **F64), (2, 4, 6), _attend),
 }
 
 

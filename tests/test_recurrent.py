@@ -1,7 +1,6 @@
 """Bayesian LSTM/GRU cells: contract, Keras equivalence, sampling semantics, gradients,
 mixed precision, XLA and MirroredStrategy."""
 
-import copy
 import subprocess
 import sys
 import textwrap
@@ -20,7 +19,7 @@ from bayes_planet.layers.recurrent import (
     LSTMCellFlipout,
     LSTMCellReparameterization,
 )
-from bayes_planet.testing import run_layer_test
+from bayes_planet.testing import CellRNN, run_layer_test
 
 # Every registered cell gets the contract; ESTIMATOR: cell class -> its estimator function.
 ESTIMATOR = {layer_registry.get(family, name): getattr(estimators, name)
@@ -29,21 +28,6 @@ ESTIMATOR = {layer_registry.get(family, name): getattr(estimators, name)
 LSTMS = [c for c in ESTIMATOR if issubclass(c, keras.layers.LSTMCell)]
 GRUS = [c for c in ESTIMATOR if issubclass(c, keras.layers.GRUCell)]
 CELLS = LSTMS + GRUS
-
-
-@keras.saving.register_keras_serializable(package="bayes_planet_tests")
-class CellRNN(keras.layers.RNN):
-    """`keras.layers.RNN` taking a serialized cell, so the contract harness can build
-    fresh RNN layers (each with its own cell) from constructor kwargs."""
-
-    def __init__(self, cell, **kwargs):
-        if isinstance(cell, dict):
-            cell = keras.saving.deserialize_keras_object(copy.deepcopy(cell))
-        super().__init__(cell, **kwargs)
-
-    def build_from_config(self, config):
-        # Keras 2.15's RNN.build reads a JSON list shape as a list of input shapes.
-        self.build(tuple(config["input_shape"]))
 
 
 def _seq(batch=4, time=6, dim=3, seed=0):
@@ -258,6 +242,22 @@ def test_num_samples_groups_the_batch(cls):
     for a in range(k):
         for b in range(a):
             assert np.abs(out[a] - out[b]).max() > 1e-3  # different samples across groups
+
+
+@pytest.mark.parametrize("cls", [LSTMCellReparameterization, GRUCellReparameterization])
+def test_num_samples_groups_a_sampled_bias_too(cls):
+    """With a distribution bias, ``num_samples=K`` draws K biases: group k adds bias k."""
+    k, per = 2, 2
+    x = np.repeat(_seq(batch=1), k * per, axis=0)
+    cell = _wide(cls, seed=6, bias_initializer="trainable_normal")
+    rnn = keras.layers.RNN(cell, return_sequences=True)
+    rnn(x)
+    cell.bias.raw_stddev.assign(tf.fill(cell.bias.raw_stddev.shape, -0.5))
+    cell.sample_weights(num_samples=k, batch_size=k * per)
+    out = rnn(x).numpy().reshape(k, per, *x.shape[1:2], 5)
+    assert out.shape == (k, per, x.shape[1], 5)
+    np.testing.assert_allclose(out[:, 0], out[:, 1], atol=1e-6)  # one sample per group
+    assert np.abs(out[0] - out[1]).max() > 1e-3
 
 
 def test_flipout_signs_are_per_example_and_fixed_per_sequence():

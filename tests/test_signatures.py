@@ -40,11 +40,15 @@ TWINS = {
     bl.LSTMCellFlipout: (keras.layers.LSTMCell, (2, 3)),
     bl.GRUCellReparameterization: (keras.layers.GRUCell, (2, 3)),
     bl.GRUCellFlipout: (keras.layers.GRUCell, (2, 3)),
+    bl.LSTMCellRank1: (keras.layers.LSTMCell, (4, 3)),  # ensemble cells: batch divisible by 4
+    bl.GRUCellRank1: (keras.layers.GRUCell, (4, 3)),
     bl.EinsumDenseReparameterization: (keras.layers.EinsumDense, (2, 5)),
     bl.EinsumDenseFlipout: (keras.layers.EinsumDense, (2, 5)),
     bl.MultiHeadAttentionReparameterization: (keras.layers.MultiHeadAttention, (2, 4, 6)),
     bl.MultiHeadAttentionFlipout: (keras.layers.MultiHeadAttention, (2, 4, 6)),
     bl.MCDropout: (keras.layers.Dropout, (2, 5)),
+    bl.EinsumDenseRank1: (keras.layers.EinsumDense, (4, 5)),
+    bl.MultiHeadAttentionRank1: (keras.layers.MultiHeadAttention, (4, 4, 6)),
 }
 
 # Positional parameters that newer Keras releases append to a twin's signature
@@ -67,7 +71,11 @@ PROBES = {
 }
 # Per-layer probes: the ensemble layers' kernel is a point estimate (no posterior).
 LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
-                for cls in (bl.DenseRank1, bl.DenseBatchEnsemble)}
+                for cls in (bl.DenseRank1, bl.DenseBatchEnsemble, bl.EinsumDenseRank1,
+                            bl.MultiHeadAttentionRank1)}
+LAYER_PROBES.update({cls: {"kernel_initializer": "glorot_uniform",
+                           "recurrent_initializer": "orthogonal"}
+                     for cls in (bl.LSTMCellRank1, bl.GRUCellRank1)})
 # Layers without noise take no ``seed``.
 NOISELESS = (bl.DenseBatchEnsemble,)
 # Layers whose Keras twin takes the ``seed`` itself (positionally, in the twin's place).

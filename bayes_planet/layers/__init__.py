@@ -31,6 +31,7 @@ from bayes_planet.layers.dense import (
     DenseVariationalDropout,
 )
 from bayes_planet.layers.ensemble import DenseBatchEnsemble, DenseRank1
+from bayes_planet.layers.ensemble_attention import EinsumDenseRank1, MultiHeadAttentionRank1
 from bayes_planet.layers.ensemble_models import (
     DeepEnsemble,
     EnsembleModel,
@@ -41,6 +42,7 @@ from bayes_planet.layers.ensemble_models import (
     mean_predictive,
     tile_batch,
 )
+from bayes_planet.layers.ensemble_recurrent import GRUCellRank1, LSTMCellRank1
 from bayes_planet.layers.flows import (
     MADE,
     ActNorm,
@@ -145,16 +147,19 @@ __all__ = [
     "DistributionInitializer",
     "EnsembleModel",
     "EinsumDenseFlipout",
+    "EinsumDenseRank1",
     "EinsumDenseReparameterization",
     "Exp",
     "ExponentiatedQuadratic",
     "FixedNormal",
     "GPCovarianceReset",
     "GRUCellFlipout",
+    "GRUCellRank1",
     "GRUCellReparameterization",
     "GaussianProcess",
     "GridPoissonProcess",
     "LSTMCellFlipout",
+    "LSTMCellRank1",
     "LSTMCellReparameterization",
     "Linear",
     "LinearMean",
@@ -170,6 +175,7 @@ __all__ = [
     "MixtureNormal",
     "MonteCarloModel",
     "MultiHeadAttentionFlipout",
+    "MultiHeadAttentionRank1",
     "MultiHeadAttentionReparameterization",
     "Normal",
     "NormalEmpiricalBayesKLDivergence",

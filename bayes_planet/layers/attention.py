@@ -46,7 +46,7 @@ def _split_equation(equation):
     return lhs, rhs, output
 
 
-def _flat_plan(equation):
+def flat_plan(equation):
     """(n_contracted, n_kernel_out) if the equation is a dense map over trailing axes.
 
     That is ``free + contracted, contracted + out -> free + out`` (``free`` may start
@@ -97,7 +97,7 @@ class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
             **kwargs,
         )
         self._init_seed(seed)
-        self._plan = _flat_plan(equation)
+        self._plan = flat_plan(equation)
         if self._estimator is not estimators.reparameterization and self._plan is None:
             raise ValueError(
                 f"{type(self).__name__} needs an equation that contracts the trailing input "
@@ -178,7 +178,7 @@ _KERAS_ROBUST_MASKING = "softmax_robust_masking" in inspect.signature(
     keras.layers.MultiHeadAttention.__init__).parameters
 
 
-class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
+class BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
     """MultiHeadAttention with Bayesian projections; subclasses set ``_dense_cls``.
 
     Args: as `keras.layers.MultiHeadAttention` (``num_heads``, ``key_dim``,
@@ -256,7 +256,13 @@ class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
                 dtype=self._dtype_policy,
                 name=config["name"],
                 seed=self._sublayer_seed(config["name"]),
+                **self._sublayer_kwargs(attr),
             ))
+
+    def _sublayer_kwargs(self, attr):
+        """Further constructor arguments of the projection ``attr`` (subclasses' hook)."""
+        del attr
+        return {}
 
     def get_config(self):
         config = super().get_config()
@@ -274,25 +280,25 @@ class _BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
 
 
 @_register
-class MultiHeadAttentionReparameterization(_BayesianMultiHeadAttention):
+class MultiHeadAttentionReparameterization(BayesianMultiHeadAttention):
     """Multi-head attention with reparameterization-sampled projections.
 
     `keras.layers.MultiHeadAttention` whose query/key/value/output projections are
     `EinsumDenseReparameterization`: one kernel sample per projection and call,
-    shared by the batch. See `_BayesianMultiHeadAttention` for arguments.
+    shared by the batch. See `BayesianMultiHeadAttention` for arguments.
     """
 
     _dense_cls = EinsumDenseReparameterization
 
 
 @_register
-class MultiHeadAttentionFlipout(_BayesianMultiHeadAttention):
+class MultiHeadAttentionFlipout(BayesianMultiHeadAttention):
     """Multi-head attention with Flipout projections (the Bayesian Transformer's).
 
     `keras.layers.MultiHeadAttention` whose query/key/value/output projections are
     `EinsumDenseFlipout`: per-example pseudo-independent kernel samples (Wen et
     al., 2018) at about twice the projection cost. See
-    `_BayesianMultiHeadAttention` for arguments.
+    `BayesianMultiHeadAttention` for arguments.
     """
 
     _dense_cls = EinsumDenseFlipout

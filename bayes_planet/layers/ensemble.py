@@ -44,7 +44,7 @@ _register = keras.saving.register_keras_serializable(package="bayes_planet")
 _CLIP = 10.0
 
 
-def _point_initializer(name, value):
+def point_initializer(name, value):
     """``value`` resolved as an initializer of a point-estimate weight (not a posterior)."""
     resolved = initializers.get(value)
     if isinstance(resolved, DistributionInitializer):
@@ -53,21 +53,54 @@ def _point_initializer(name, value):
     return resolved
 
 
-def member_rows(x, ensemble_size):
-    """Rows per member, ``batch // ensemble_size``; a one-line error if it does not divide."""
-    static = x.shape[0]
+def member_rows(batch_size, ensemble_size):
+    """Rows per member, ``batch_size // ensemble_size``; a one-line error if it does not
+    divide (a ``tf.debugging`` assertion when ``batch_size`` is only known at run time).
+
+    ``batch_size``: an int, a scalar int tensor (e.g. ``tf.shape(x)[0]``), or a batch
+    ``x`` of rank >= 1 (its leading axis).
+    """
+    if not isinstance(batch_size, int) and getattr(batch_size, "shape", ()) != ():
+        x = batch_size
+        batch_size = x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
+    static = batch_size if isinstance(batch_size, int) else tf.get_static_value(batch_size)
     if static is not None:
+        static = int(static)
         if static % ensemble_size:
             raise ValueError(f"Expected a batch size divisible by ensemble_size. Received: "
                              f"batch size {static}, ensemble_size={ensemble_size}")
         return static // ensemble_size
-    rows = tf.shape(x)[0]
     check = tf.debugging.assert_equal(
-        rows % ensemble_size, 0,
+        batch_size % ensemble_size, 0,
         message=f"Expected a batch size divisible by ensemble_size={ensemble_size}. "
                 "Received: batch size")
     with tf.control_dependencies([check]):
-        return tf.identity(rows // ensemble_size)
+        return tf.identity(batch_size // ensemble_size)
+
+
+def sample_factor(layer, name, rows, seed, dtype):
+    """One draw per example of the rank-1 factor ``layer.<name>`` (``[E, dim]``).
+
+    Returns ``[E, rows, dim]``: row ``r`` of member ``e`` gets its own draw from the
+    factor's posterior, clipped to [-10, 10] (edward2's bounds); or the mean
+    ``[E, 1, dim]`` when the factor is deterministic (inside `posterior_mean`).
+    Replica-aware (`base.per_example`). Needs closed-form normal moments: a one-line
+    error naming ``<name>_initializer`` for a posterior without them.
+    """
+    try:
+        loc, scale = moments(getattr(layer, name), dtype)
+    except MomentsUnavailableError as e:
+        raise ValueError(
+            f"{type(layer).__name__} samples {name} per example from closed-form factorized "
+            f"normal moments (loc, scale). Received: {name}_initializer="
+            f"{type(getattr(layer, name)).__name__}") from e
+    if scale is None:
+        return loc[:, None, :]
+    members, dim = layer.ensemble_size, loc.shape[-1]
+    eps = per_example(lambda shape, s: standard_normal(shape, s, dtype=dtype),
+                      tf.stack([members * rows, dim]), seed)
+    eps = tf.reshape(eps, [members, rows, dim])
+    return tf.clip_by_value(loc[:, None, :] + scale[:, None, :] * eps, -_CLIP, _CLIP)
 
 
 class _EnsembleDense(keras.layers.Dense):
@@ -91,8 +124,8 @@ class _EnsembleDense(keras.layers.Dense):
             units=check_positive_int("units", units),
             activation=activation,
             use_bias=use_bias,
-            kernel_initializer=_point_initializer("kernel_initializer", kernel_initializer),
-            bias_initializer=_point_initializer("bias_initializer", bias_initializer),
+            kernel_initializer=point_initializer("kernel_initializer", kernel_initializer),
+            bias_initializer=point_initializer("bias_initializer", bias_initializer),
             kernel_regularizer=regularizers.get(kernel_regularizer),
             bias_regularizer=regularizers.get(bias_regularizer),
             activity_regularizer=activity_regularizer,
@@ -220,27 +253,8 @@ class DenseRank1(BayesianLayer, _EnsembleDense):
 
     def _factors(self, rows, dtype):
         alpha_seed, gamma_seed = split_seed(self._next_seed(), 2)
-        return (self._sample(self.alpha, "alpha", rows, alpha_seed, dtype),
-                self._sample(self.gamma, "gamma", rows, gamma_seed, dtype))
-
-    def _sample(self, weight, name, rows, seed, dtype):
-        """One draw of a factor ``[E, dim]`` per example: ``[E, rows, 1, dim]`` (or its
-        mean ``[E, 1, 1, dim]`` when deterministic)."""
-        try:
-            loc, scale = moments(weight, dtype)
-        except MomentsUnavailableError as e:
-            raise ValueError(
-                f"DenseRank1 samples {name} per example from closed-form factorized normal "
-                f"moments (loc, scale). Received: {name}_initializer="
-                f"{type(weight).__name__}") from e
-        loc = loc[:, None, None, :]
-        if scale is None:
-            return loc
-        dim = loc.shape[-1]
-        eps = per_example(lambda shape, s: standard_normal(shape, s, dtype=dtype),
-                          tf.stack([self.ensemble_size * rows, dim]), seed)
-        eps = tf.reshape(eps, [self.ensemble_size, rows, 1, dim])
-        return tf.clip_by_value(loc + scale[:, None, None, :] * eps, -_CLIP, _CLIP)
+        return (sample_factor(self, "alpha", rows, alpha_seed, dtype)[:, :, None, :],
+                sample_factor(self, "gamma", rows, gamma_seed, dtype)[:, :, None, :])
 
     def _perturb(self, t, factor):
         return t + factor if self.use_additive_perturbation else t * factor
@@ -278,10 +292,10 @@ class DenseBatchEnsemble(_EnsembleDense):
         super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
                          kernel_regularizer, bias_regularizer, activity_regularizer,
                          kernel_constraint, bias_constraint, ensemble_size=ensemble_size,
-                         alpha_initializer=_point_initializer("alpha_initializer",
-                                                              alpha_initializer),
-                         gamma_initializer=_point_initializer("gamma_initializer",
-                                                              gamma_initializer),
+                         alpha_initializer=point_initializer("alpha_initializer",
+                                                             alpha_initializer),
+                         gamma_initializer=point_initializer("gamma_initializer",
+                                                             gamma_initializer),
                          **kwargs)
 
     def _factors(self, rows, dtype):

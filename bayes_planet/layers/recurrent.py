@@ -30,6 +30,9 @@ draws its sample lazily at the first step and keeps it; a draw from inside a
 ``while_loop``/``scan`` body or ``cond`` branch is placed in the enclosing graph,
 so the loop draws once. Samples are cached per graph: visible to that graph's
 loop bodies and branches, never to another (even nested) ``tf.function``.
+
+`BayesianLSTMCell` and `BayesianGRUCell` are the shared bases (the fused step and this
+sampling machinery); `ensemble_recurrent`'s rank-1 cells subclass them.
 """
 
 import contextlib
@@ -128,9 +131,12 @@ def _grouped(fn, x, w):
 
 
 def _add_bias(z, bias):
+    """``z + bias``; a bias ``[K, out]`` is added to the ``K`` contiguous row groups of ``z``
+    (the samples of ``sample_weights(num_samples=K)``, or a rank-1 cell's members)."""
     if bias.shape.rank == 1:
         return tf.nn.bias_add(z, bias)
-    return _grouped(lambda a, b: a + b[:, None, :], z, bias)
+    out = z.shape[-1]
+    return tf.reshape(tf.reshape(z, [bias.shape[0], -1, out]) + bias[:, None, :], [-1, out])
 
 
 def _draw_weight(estimator, weight, seed, dtype, num_samples):
@@ -261,25 +267,28 @@ class _BayesianCell(BayesianLayer):
         if sample is None or not sample.fresh or sample.posterior_mean != self._in_posterior_mean():
             self.sample_weights(batch_size=batch_size)
         elif batch_size is not None:
-            self._draw_signs(sample, batch_size)
+            self._draw_per_example(sample, batch_size)
 
     def _draw(self, seed, num_samples, batch_size):
         dtype = self.compute_dtype
         *weight_seeds, bias_seed = split_seed(seed, len(self._weight_names) + 1)
-        weights = {}
-        for name, wseed in zip(self._weight_names, weight_seeds, strict=True):
-            weights[name] = _draw_weight(self._estimator, getattr(self, name), wseed, dtype,
-                                         num_samples)
+        weights = {name: self._draw_one_weight(name, wseed, dtype, num_samples)
+                   for name, wseed in zip(self._weight_names, weight_seeds, strict=True)}
         bias = None
         if self.use_bias:
             bias = sample_weight(self.bias, bias_seed, dtype, num_samples)
         sample = _Sample(weights, bias, num_samples, getattr(self, "_fixed_seed", None),
                          self._in_posterior_mean())
         if batch_size is not None:
-            self._draw_signs(sample, batch_size)
+            self._draw_per_example(sample, batch_size)
         return sample
 
-    def _draw_signs(self, sample, batch_size):
+    def _draw_one_weight(self, name, seed, dtype, num_samples):
+        """The draw of weight ``name`` that the steps of a sequence hold (`_draw_weight`)."""
+        return _draw_weight(self._estimator, getattr(self, name), seed, dtype, num_samples)
+
+    def _draw_per_example(self, sample, batch_size):
+        """Draws a sample's per-example noise (Flipout's signs) once the batch size is known."""
         for w in sample.weights.values():
             if w.get("delta") is not None and "in_sign" not in w:
                 w["in_sign"] = estimators.rademacher(
@@ -335,7 +344,7 @@ class _BayesianCell(BayesianLayer):
         return config
 
 
-class _BayesianLSTMCell(_BayesianCell, keras.layers.LSTMCell):
+class BayesianLSTMCell(_BayesianCell, keras.layers.LSTMCell):
     """LSTM cell with distributions over its kernels; see the module docstring.
 
     Args: as `keras.layers.LSTMCell` (``units``, ``activation``,
@@ -404,7 +413,7 @@ class _BayesianLSTMCell(_BayesianCell, keras.layers.LSTMCell):
         return h, [h, c]
 
 
-class _BayesianGRUCell(_BayesianCell, keras.layers.GRUCell):
+class BayesianGRUCell(_BayesianCell, keras.layers.GRUCell):
     """GRU cell with distributions over its kernels; see the module docstring.
 
     Args: as `keras.layers.GRUCell` (``units``, ``activation``,
@@ -475,8 +484,8 @@ class _BayesianGRUCell(_BayesianCell, keras.layers.GRUCell):
 
 
 @_register
-class LSTMCellReparameterization(_BayesianLSTMCell):
-    """LSTM cell with reparameterized weight samples (see `_BayesianLSTMCell` for args).
+class LSTMCellReparameterization(BayesianLSTMCell):
+    """LSTM cell with reparameterized weight samples (see `BayesianLSTMCell` for args).
 
     Estimator: reparameterization (Kingma & Welling, 2014; Fortunato et al., 2017):
     the step uses a sampled ``W = loc + scale * eps`` shared by the batch (or by each
@@ -489,8 +498,8 @@ class LSTMCellReparameterization(_BayesianLSTMCell):
 
 
 @_register
-class LSTMCellFlipout(_BayesianLSTMCell):
-    """LSTM cell with the Flipout estimator (see `_BayesianLSTMCell` for args).
+class LSTMCellFlipout(BayesianLSTMCell):
+    """LSTM cell with the Flipout estimator (see `BayesianLSTMCell` for args).
 
     Estimator: Flipout (Wen et al., 2018): ``x M + ((x ∘ s) (σ ∘ E)) ∘ r`` with one
     perturbation ``E`` per sequence (``sampling='sequence'``) and per-example signs
@@ -504,8 +513,8 @@ class LSTMCellFlipout(_BayesianLSTMCell):
 
 
 @_register
-class GRUCellReparameterization(_BayesianGRUCell):
-    """GRU cell with reparameterized weight samples (see `_BayesianGRUCell` for args).
+class GRUCellReparameterization(BayesianGRUCell):
+    """GRU cell with reparameterized weight samples (see `BayesianGRUCell` for args).
 
     Estimator: reparameterization (Kingma & Welling, 2014; Fortunato et al., 2017):
     the step uses a sampled ``W = loc + scale * eps`` shared by the batch (or by each
@@ -518,8 +527,8 @@ class GRUCellReparameterization(_BayesianGRUCell):
 
 
 @_register
-class GRUCellFlipout(_BayesianGRUCell):
-    """GRU cell with the Flipout estimator (see `_BayesianGRUCell` for args).
+class GRUCellFlipout(BayesianGRUCell):
+    """GRU cell with the Flipout estimator (see `BayesianGRUCell` for args).
 
     Estimator: Flipout (Wen et al., 2018): ``x M + ((x ∘ s) (σ ∘ E)) ∘ r`` with one
     perturbation ``E`` per sequence (``sampling='sequence'``) and per-example signs

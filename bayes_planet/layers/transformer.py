@@ -7,9 +7,17 @@ arguments, so the deterministic baseline is the same block with
 ``attention='deterministic', feed_forward='deterministic'``.
 `build_transformer` stacks blocks into a token-sequence model (embedding +
 learned positions + blocks + a deterministic per-token softmax head).
+
+Rank-1 (ensemble) blocks: ``attention='rank1'`` (`MultiHeadAttentionRank1`) and
+``feed_forward='rank1'`` or ``'batch_ensemble'`` (`DenseRank1`, `DenseBatchEnsemble`),
+the estimators of the registry's ensemble families, with ``ensemble_size`` members (None:
+the layers' default, 4). Their batch is ``ensemble_size`` contiguous blocks, one per
+member (`bayes_planet.layers.ensemble`): tile the inputs and labels ``ensemble_size``
+times; the other layers of a block act per example, so they need no change.
 """
 
 import copy
+import inspect
 import zlib
 
 import tensorflow as tf
@@ -24,12 +32,23 @@ __all__ = ["PositionEmbedding", "TransformerBlock", "build_transformer"]
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 # The registry families of the attention and the feed-forward layers (their estimators
-# are the choices of ``attention`` and ``feed_forward``).
+# are the choices of ``attention`` and ``feed_forward``), and their ensemble families
+# (further choices: estimators needing the ensemble batch convention).
 ATTENTION_FAMILY, FEED_FORWARD_FAMILY = "multi_head_attention", "dense"
+ENSEMBLE_FAMILIES = {ATTENTION_FAMILY: "multi_head_attention_ensemble",
+                     FEED_FORWARD_FAMILY: "dense_ensemble"}
+
+
+def _family(value, family):
+    """The registry family of the choice ``value``: ``family`` or its ensemble family."""
+    if value in layer_registry.estimators(family, sampling_only=True):
+        return family
+    return ENSEMBLE_FAMILIES[family]
 
 
 def _choice(name, value, family):
-    options = layer_registry.estimators(family, sampling_only=True)
+    options = (layer_registry.estimators(family, sampling_only=True)
+               + layer_registry.estimators(ENSEMBLE_FAMILIES[family])[1:])
     if value not in options:
         raise ValueError(f"Expected {name} in {sorted(options)}. Received: {name}={value!r}")
     return value
@@ -52,16 +71,21 @@ class TransformerBlock(keras.layers.Layer):
       num_heads: attention heads.
       key_dim: size of each head.
       ff_dim: hidden width of the feed-forward layer.
-      attention: ``'flipout'`` (default, as the paper), ``'reparameterization'`` or
-        ``'deterministic'`` (``keras.layers.MultiHeadAttention``).
+      attention: ``'flipout'`` (default, as the paper), ``'reparameterization'``,
+        ``'rank1'`` or ``'deterministic'`` (``keras.layers.MultiHeadAttention``).
       feed_forward: ``'local_reparameterization'`` (default, as the paper),
-        ``'flipout'``, ``'reparameterization'`` or ``'deterministic'`` (Dense).
+        ``'flipout'``, ``'reparameterization'``, ``'rank1'``, ``'batch_ensemble'`` or
+        ``'deterministic'`` (Dense).
       dropout: dropout rate on the attention weights and both residual branches.
       activation: feed-forward activation.
       causal: if True, position t attends only to positions <= t.
       seed: int or None; Bayesian sublayers get seeds derived from it.
       kernel_regularizer: the prior of the Bayesian sublayers' kernels (a KL
-        regularizer, alias or config); None keeps each layer's own default.
+        regularizer, alias or config); None keeps each layer's own default. (Rank-1
+        sublayers' kernels are point estimates: they keep their factors' priors.)
+      ensemble_size: members of the ensemble sublayers (``attention='rank1'``,
+        ``feed_forward='rank1'`` or ``'batch_ensemble'``; see the module docstring);
+        None: the layers' default. Needs an ensemble choice.
 
     Input: ``[batch, length, d_model]``; optional ``mask`` ``[batch, length]``
     (True = real token). Output: same shape as the input.
@@ -69,7 +93,8 @@ class TransformerBlock(keras.layers.Layer):
 
     def __init__(self, num_heads, key_dim, ff_dim, attention="flipout",
                  feed_forward="local_reparameterization", dropout=0.0, activation="relu",
-                 causal=False, seed=None, kernel_regularizer=None, **kwargs):
+                 causal=False, seed=None, kernel_regularizer=None, ensemble_size=None,
+                 **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.key_dim = check_positive_int("key_dim", key_dim)
@@ -84,6 +109,15 @@ class TransformerBlock(keras.layers.Layer):
         self.seed = seed
         self.kernel_regularizer = (None if kernel_regularizer is None else
                                    regularizers.serialize(regularizers.get(kernel_regularizer)))
+        self.ensemble_size = ensemble_size
+        if ensemble_size is not None:
+            self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
+            if not any(_family(v, f) in ENSEMBLE_FAMILIES.values() for v, f in (
+                    (self.attention, ATTENTION_FAMILY), (self.feed_forward, FEED_FORWARD_FAMILY))):
+                raise ValueError(
+                    "ensemble_size needs an ensemble choice of attention or feed_forward "
+                    f"(e.g. 'rank1'). Received: ensemble_size={ensemble_size}, "
+                    f"attention={attention!r}, feed_forward={feed_forward!r}")
         self.supports_masking = True
 
     def _prior(self):
@@ -92,20 +126,33 @@ class TransformerBlock(keras.layers.Layer):
             return {}
         return {"kernel_regularizer": regularizers.get(copy.deepcopy(self.kernel_regularizer))}
 
+    def _sublayer(self, value, family, name):
+        """The class of the choice ``value`` and its seed, prior and ensemble arguments."""
+        family = _family(value, family)
+        cls = layer_registry.get(family, value)
+        kwargs = {}
+        if value == layer_registry.DETERMINISTIC:
+            return cls, kwargs
+        if family in ENSEMBLE_FAMILIES.values():
+            if self.ensemble_size is not None:
+                kwargs["ensemble_size"] = self.ensemble_size
+        else:
+            kwargs.update(self._prior())
+        if "seed" in inspect.signature(cls).parameters:
+            kwargs["seed"] = _sub_seed(self.seed, name)
+        return cls, kwargs
+
     def build(self, input_shape):
         d_model = int(input_shape[-1])
-        att_kwargs = {"num_heads": self.num_heads, "key_dim": self.key_dim,
-                      "dropout": self.dropout, "dtype": self.dtype_policy, "name": "attention"}
-        if self.attention != "deterministic":
-            att_kwargs.update(seed=_sub_seed(self.seed, "attention"), **self._prior())
-        self.attention_layer = layer_registry.get(ATTENTION_FAMILY, self.attention)(**att_kwargs)
-        dense_cls = layer_registry.get(FEED_FORWARD_FAMILY, self.feed_forward)
+        att_cls, att_kwargs = self._sublayer(self.attention, ATTENTION_FAMILY, "attention")
+        self.attention_layer = att_cls(
+            num_heads=self.num_heads, key_dim=self.key_dim, dropout=self.dropout,
+            dtype=self.dtype_policy, name="attention", **att_kwargs)
 
         def dense(units, name, activation=None):
-            kwargs = {"activation": activation, "dtype": self.dtype_policy, "name": name}
-            if self.feed_forward != "deterministic":
-                kwargs.update(seed=_sub_seed(self.seed, name), **self._prior())
-            return dense_cls(units, **kwargs)
+            cls, kwargs = self._sublayer(self.feed_forward, FEED_FORWARD_FAMILY, name)
+            return cls(units, activation=activation, dtype=self.dtype_policy, name=name,
+                       **kwargs)
 
         self.ff_in = dense(self.ff_dim, "ff_in", self.activation)
         self.ff_out = dense(d_model, "ff_out")
@@ -145,6 +192,7 @@ class TransformerBlock(keras.layers.Layer):
             attention=self.attention, feed_forward=self.feed_forward, dropout=self.dropout,
             activation=keras.activations.serialize(self.activation), causal=self.causal,
             seed=self.seed, kernel_regularizer=copy.deepcopy(self.kernel_regularizer),
+            ensemble_size=self.ensemble_size,
         )
         return config
 
@@ -185,7 +233,8 @@ class PositionEmbedding(keras.layers.Layer):
 def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, ff_dim=128,
                       num_layers=2, attention="flipout",
                       feed_forward="local_reparameterization", dropout=0.0, causal=False,
-                      seed=None, kernel_regularizer=None, name="bayesian_transformer"):
+                      seed=None, kernel_regularizer=None, ensemble_size=None,
+                      name="bayesian_transformer"):
     """A small (Bayesian) Transformer over token sequences: per-token class logits.
 
     Token + learned position embeddings, ``num_layers`` `TransformerBlock`s with the
@@ -193,7 +242,9 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
     paper's Bayesian Transformer, only attention and feed-forward layers are
     Bayesian). ``attention='deterministic', feed_forward='deterministic'`` gives
     the plain Transformer baseline. ``kernel_regularizer`` (None: the layers'
-    default prior) is passed to every block.
+    default prior) and ``ensemble_size`` (for rank-1 blocks: ``attention='rank1'``,
+    ``feed_forward='rank1'``; batches are then ``ensemble_size`` contiguous blocks, one per
+    member, see the module docstring) are passed to every block.
 
     Input: int tokens ``[batch, length]``. Output: logits
     ``[batch, length, num_classes]``. Returns a functional `keras.Model`.
@@ -205,7 +256,8 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
         x = TransformerBlock(num_heads, d_model // num_heads, ff_dim, attention=attention,
                              feed_forward=feed_forward, dropout=dropout, causal=causal,
                              seed=_sub_seed(seed, f"block{i}"),
-                             kernel_regularizer=kernel_regularizer, name=f"block_{i}")(x)
+                             kernel_regularizer=kernel_regularizer,
+                             ensemble_size=ensemble_size, name=f"block_{i}")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
     return keras.Model(tokens, logits, name=name)
 
