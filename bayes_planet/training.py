@@ -74,11 +74,13 @@ class Trainer:
             u = int(a.updates.numpy())
             chunk = a.replay.sample(c.batch_size, c.chunk_length,
                                     seeds.numpy_rng(seed, "replay", u), num_episodes)
-            batch = as_batch(chunk, "obs")
-            step = a.model.train_step(batch, seeds.tf_seed(seed, "train_step", u),
-                                      self._transitions(num_episodes))
-            if a.value is not None:
-                step.update(a.value.train_step(batch, seeds.tf_seed(seed, "value_step", u)))
+            args = (as_batch(chunk, "obs"), seeds.tf_seed(seed, "train_step", u),
+                    self._transitions(num_episodes))
+            if a.value is None:
+                step = a.model.train_step(*args)
+            else:  # The value model learns from the step's posterior states.
+                step, posterior = a.model.train_step(*args, return_posterior=True)
+                step.update(a.value.train_step(posterior, seeds.tf_seed(seed, "value_step", u)))
             a.updates.assign_add(1)
             step = {k: float(v) for k, v in step.items()}
             if step.pop("value_finite", 1.0) < 1.0:

@@ -8,8 +8,9 @@ bootstraps with a learned value at its end, and seeds the planner with samples o
 policy. `ValueModel` learns both in the RSSM's latent space, Dreamer-style (Hafner et al.,
 2020, "Dream to Control", Sec. 3–4):
 
-* from the posterior states ``s_0`` of a replay batch (every ``value.start_every``-th step of
-  each chunk, no gradient into the world model), roll the transition forward
+* from the posterior states ``s_0`` of a replay batch, as the world model's training step
+  computed them (every ``value.start_every``-th step of each chunk, no gradient into the
+  world model), roll the transition forward
   ``value.imagine_horizon`` steps with actions of the policy ``a_t ~ π(·|s_t)``, one weight
   sample of the Bayesian transition per rollout;
 * λ-returns with the reward head's means ``r_t`` (the reward of arriving at ``s_t``, as the
@@ -161,13 +162,11 @@ class ValueModel(tf.Module):
         return tf.reshape(actions, [-1, num, horizon, self.action_size])
 
     # -- learning -----------------------------------------------------------------------------
-    def _train_step(self, batch, seed):
-        """One critic and one actor update from the posterior states of a replay batch."""
+    def _train_step(self, posterior, seed):
+        """One critic and one actor update from a batch's posterior states ``[B, T, size]``
+        (`WorldModel.train_step` with ``return_posterior=True``)."""
         v, wm = self.settings, self.world_model
-        obs_seed, rssm_seed, roll_seed = tf.unstack(
-            tf.random.experimental.stateless_split(seed, 3))
-        obs = wm.observation(batch["obs"], obs_seed)
-        post, _ = wm.rssm.observe(wm.encoder(obs), batch["action"], rssm_seed)
+        post, roll_seed = posterior, seed
         start = {k: tf.stop_gradient(
             tf.reshape(x[:, ::v.start_every], [-1, x.shape[-1]])) for k, x in post.items()}
         actor_vars = self.actor.trainable_variables

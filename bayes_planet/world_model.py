@@ -102,6 +102,11 @@ class WorldModel(tf.Module):
 
     def loss(self, batch, seed, num_transitions):
         """Loss and metrics for a batch ``{obs, action, reward}`` of ``[B, T, ...]``."""
+        loss, metrics, _ = self._loss(batch, seed, num_transitions)
+        return loss, metrics
+
+    def _loss(self, batch, seed, num_transitions):
+        """`loss` and the batch's posterior states."""
         noise_seed, rssm_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
         obs = self.observation(batch["obs"], noise_seed)
         post, prior = self.rssm.observe(self.encoder(obs), batch["action"], rssm_seed)
@@ -119,21 +124,32 @@ class WorldModel(tf.Module):
                 + self.loss_config.weight_kl_scale * weight_kl / n)
         metrics = {"loss": loss, "obs_nll": -recon, "reward_nll": -reward_lp, "state_kl": kl,
                    "weight_kl": weight_kl}
-        return loss, metrics
+        return loss, metrics, post
 
-    def _train_step(self, batch, seed, num_transitions):
-        """One update; metrics include ``finite`` (1.0, or 0.0 when the update was skipped)."""
+    def _train_step(self, batch, seed, num_transitions, return_posterior=False):
+        """One update; metrics include ``finite`` (1.0, or 0.0 when the update was skipped).
+
+        With ``return_posterior`` (one device only) returns ``(metrics, posterior)``: the
+        batch's posterior states ``[B, T, size]`` as the step computed them (before its
+        update, no gradient), for a learner that starts from them (`bayes_planet.value`).
+        """
+        if return_posterior:
+            if self.strategy.num_replicas_in_sync > 1:
+                raise ValueError("Expected one replica with return_posterior=True. Received: "
+                                 f"{self.strategy.num_replicas_in_sync} replicas")
+            metrics, post = self._replica_step(batch, seed, num_transitions, True)
+            return metrics, {k: tf.stop_gradient(v) for k, v in post.items()}
         metrics = self.strategy.run(self._replica_step, (batch, seed, num_transitions))
         # Every replica holds the same global values: report the first local one.
         return {k: self.strategy.experimental_local_results(v)[0] for k, v in metrics.items()}
 
-    def _replica_step(self, batch, seed, num_transitions):
+    def _replica_step(self, batch, seed, num_transitions, return_posterior=False):
         ctx = tf.distribute.get_replica_context()
         replicas = ctx.num_replicas_in_sync
         batch = distribute.replica_rows(batch, ctx)  # the global batch with one replica
         variables = self.trainable_variables
         with tf.GradientTape() as tape:
-            loss, metrics = self.loss(batch, seed, num_transitions)
+            loss, metrics, post = self._loss(batch, seed, num_transitions)
             # `loss` is the global loss on every replica: the sum of the replicas'
             # gradients of loss / R is its gradient (weight KL once).
             scaled = loss / replicas if replicas > 1 else loss
@@ -158,7 +174,7 @@ class WorldModel(tf.Module):
                                            skip_gradients_aggregation=True)
         metrics["grad_norm"] = norm
         metrics["finite"] = tf.cast(finite, tf.float32)
-        return metrics
+        return (metrics, post) if return_posterior else metrics
 
     def predict_reward(self, state):
         return self.reward_head(self.reward_net(self.rssm.features(state))).distribution.mean()[

@@ -86,6 +86,12 @@ def _constant_reward(world_model, reward):
     out.bias.assign(tf.fill(out.bias.shape, reward))
 
 
+def _posterior(world_model, batch, seed=(1, 2)):
+    post, _ = world_model.rssm.observe(world_model.encoder(batch["obs"]), batch["action"],
+                                       tf.constant(seed))
+    return post
+
+
 def _batch(rng, batch=4, length=8):
     return {"obs": tf.constant(rng.normal(size=(batch, length, 5)), tf.float32),
             "action": tf.constant(rng.uniform(-1, 1, size=(batch, length, 1)), tf.float32),
@@ -102,8 +108,9 @@ def test_critic_converges_to_the_closed_form_value_of_a_constant_reward():
     _constant_reward(world_model, 0.3)
     rng = np.random.default_rng(0)
     batch = _batch(rng)
+    posterior = _posterior(world_model, batch)
     for u in range(400):
-        metrics = value_model.train_step(batch, tf.constant([u, 7]))
+        metrics = value_model.train_step(posterior, tf.constant([u, 7]))
     assert metrics["value_finite"] == 1.0
     states, _, _ = value_model.rollout(
         {k: v[:, 0] for k, v in world_model.rssm.observe(
@@ -118,13 +125,13 @@ def test_value_step_is_reproducible_and_trains_only_the_value_model():
     before = [v.numpy() for v in world_model.trainable_variables]
     rng = np.random.default_rng(0)
     batch = _batch(rng)
-    first = value_model.train_step(batch, tf.constant([1, 2]))
+    first = value_model.train_step(_posterior(world_model, batch), tf.constant([1, 2]))
     after_one = [v.numpy() for v in value_model.variables]
     assert not {id(v) for v in value_model.variables} & {id(v) for v in world_model.variables}
     for b, a in zip(before, world_model.trainable_variables, strict=True):
         np.testing.assert_array_equal(b, a.numpy())
-    _, _, again = _models()
-    second = again.train_step(batch, tf.constant([1, 2]))
+    _, world_model2, again = _models()
+    second = again.train_step(_posterior(world_model2, batch), tf.constant([1, 2]))
     for key in first:
         np.testing.assert_array_equal(first[key].numpy(), second[key].numpy(), err_msg=key)
     for a, b in zip(after_one, again.variables, strict=True):
@@ -152,10 +159,35 @@ def test_actor_improves_the_imagined_return():
 
     initial = scores()
     for u in range(150):
-        value_model.train_step(batch, tf.constant([u, 3]))
+        value_model.train_step(post, tf.constant([u, 3]))
     trained = scores()
     gain = trained - initial  # Paired: the same rollout seeds.
     assert gain.mean() > 5 * gain.std(ddof=1) / 4, (initial.mean(), trained.mean())
+
+
+def test_world_model_step_returns_its_posterior_without_changing_the_step():
+    """``return_posterior=True``: the same update and metrics, plus the batch's posterior as the
+    loss computed it (the same seeds give the same states through `rssm.observe`)."""
+    config, world_model, _ = _models()
+    batch = _batch(np.random.default_rng(0))
+    seed = tf.constant([4, 5])
+    metrics, posterior = world_model.train_step(batch, seed, 100, return_posterior=True)
+    after = [v.numpy() for v in world_model.trainable_variables]
+    tf.keras.utils.set_random_seed(0)
+    from bayes_planet.world_model import WorldModel
+
+    twin = WorldModel(config, (5,), 1)
+    expected_post, _ = twin.rssm.observe(
+        twin.encoder(twin.observation(batch["obs"])), batch["action"],
+        tf.unstack(tf.random.experimental.stateless_split(seed, 2))[1])
+    plain = twin.train_step(batch, seed, 100)
+    for key in plain:
+        np.testing.assert_allclose(metrics[key].numpy(), plain[key].numpy(), rtol=1e-6)
+    for a, b in zip(after, twin.trainable_variables, strict=True):
+        np.testing.assert_allclose(a, b.numpy(), rtol=1e-6, atol=1e-7)
+    for key in expected_post:
+        np.testing.assert_allclose(posterior[key].numpy(), expected_post[key].numpy(),
+                                   rtol=1e-5, atol=1e-6)
 
 
 def test_imagined_returns_add_the_discounted_terminal_value():
