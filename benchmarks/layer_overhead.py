@@ -9,6 +9,7 @@ median step times to the Keras layer measured in the same run.
     python benchmarks/layer_overhead.py --optimizer sgd  # one optimizer
     python benchmarks/layer_overhead.py --profile        # where a Bayesian dense step's time goes
     python benchmarks/layer_overhead.py --quick          # fewer rounds
+    python benchmarks/layer_overhead.py --ensemble       # rank-1 / BatchEnsemble dense layers
 """
 
 import argparse
@@ -29,9 +30,11 @@ from bayes_planet.layers.noise import standard_normal  # noqa: E402
 OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(1e-3), "adam": lambda: keras.optimizers.Adam(1e-3)}
 
 
-def make_step(layer, x, dataset_size=50_000, optimizer="adam", context=contextlib.nullcontext):
+def make_step(layer, x, dataset_size=50_000, optimizer="adam", context=contextlib.nullcontext,
+              input_gradient=False):
     """A traced train step of ``layer`` on ``x``; ``context()`` is active while tracing
-    (e.g. ``lambda: bl.posterior_mean(layer)``)."""
+    (e.g. ``lambda: bl.posterior_mean(layer)``). ``input_gradient=True`` also computes
+    (and returns) the gradient to ``x``, as for a layer inside a network."""
     layer(x)  # build
     opt = OPTIMIZERS[optimizer]()
     opt.build(layer.trainable_variables)
@@ -39,13 +42,15 @@ def make_step(layer, x, dataset_size=50_000, optimizer="adam", context=contextli
     @tf.function
     def step():
         with tf.GradientTape() as tape:
+            tape.watch(x)
             out = tf.convert_to_tensor(layer(x, training=True))
             loss = tf.reduce_mean(tf.square(out))
             if layer.losses:
                 loss += tf.add_n(layer.losses) / dataset_size
-        grads = tape.gradient(loss, layer.trainable_variables)
-        opt.apply_gradients(zip(grads, layer.trainable_variables, strict=True))
-        return loss
+        variables = layer.trainable_variables
+        grads = tape.gradient(loss, variables + [x] if input_gradient else variables)
+        opt.apply_gradients(zip(grads[:len(variables)], variables, strict=True))
+        return (loss, grads[-1]) if input_gradient else loss
 
     with context():
         step()
@@ -55,8 +60,8 @@ def make_step(layer, x, dataset_size=50_000, optimizer="adam", context=contextli
 def time_steps(step, n):
     start = time.perf_counter()
     for _ in range(n):
-        loss = step()
-    loss.numpy()
+        out = step()
+    tf.nest.flatten(out)[0].numpy()
     return (time.perf_counter() - start) / n
 
 
@@ -100,6 +105,43 @@ def conv_cases(filters):
         "tfp Convolution2DReparameterization": lambda: tfpl.Convolution2DReparameterization(**kw),
         "tfp Convolution2DFlipout": lambda: tfpl.Convolution2DFlipout(**kw),
     }
+
+
+def ensemble_cases(units):
+    """The rank-1 and BatchEnsemble dense layers (4 members) against Keras Dense."""
+    return {
+        "keras Dense": lambda: keras.layers.Dense(units),
+        "DenseRank1 (per example)": lambda: bl.DenseRank1(units, seed=0),
+        "DenseRank1 (per member)": lambda: bl.DenseRank1(units, seed=0, sampling="per_member"),
+        "DenseBatchEnsemble": lambda: bl.DenseBatchEnsemble(units),
+    }
+
+
+def run_ensemble(x, units, rounds, steps, optimizer):
+    """`ensemble_cases` with a constant input and with the input's gradient (as inside a
+    network: there Keras also computes ``g @ Wᵀ``, which an ensemble layer needs anyway for
+    α's gradient), plus DenseRank1 under `posterior_mean` (its step without the noise)."""
+    fns = {}
+    for grad in (False, True):
+        where = "input gradient" if grad else "constant input"
+        for name, factory in ensemble_cases(units).items():
+            fns[f"{name}, {where}"] = make_step(factory(), x, optimizer=optimizer,
+                                                input_gradient=grad)
+        layer = bl.DenseRank1(units, seed=0)
+        fns[f"DenseRank1 (posterior_mean), {where}"] = make_step(
+            layer, x, optimizer=optimizer, input_gradient=grad,
+            context=lambda layer=layer: bl.posterior_mean(layer))
+    return run_rounds(fns, rounds, steps)
+
+
+def report_ensemble(title, results):
+    print(f"\n### {title}\n")
+    print("| layer | input | step (ms) | ÷ Keras Dense (same input) |")
+    print("|---|---|---:|---:|")
+    for key, t in results.items():
+        name, where = key.rsplit(", ", 1)
+        base = results[f"keras Dense, {where}"]
+        print(f"| {name} | {where} | {1e3 * t:.2f} | {t / base:.2f}× |")
 
 
 def profile_cases(units, x, optimizer):
@@ -166,6 +208,8 @@ def main():
     parser.add_argument("--profile", action="store_true",
                         help="ablate the dense steps (noise, KL) instead of the layer tables")
     parser.add_argument("--no-conv", action="store_true", help="skip the conv table")
+    parser.add_argument("--ensemble", action="store_true",
+                        help="the rank-1 / BatchEnsemble dense table instead of the layer tables")
     args = parser.parse_args()
     rounds, steps = (3, 5) if args.quick else (9, 20)
     optimizers = ["sgd", "adam"] if args.optimizer == "both" else [args.optimizer]
@@ -182,6 +226,12 @@ def main():
           f"{' / '.join(f'{v:.2f}' for v in os.getloadavg())}")
     for optimizer in optimizers:
         name = {"sgd": "SGD", "adam": "Adam"}[optimizer]
+        if args.ensemble:
+            x = tf.constant(rng.standard_normal((256, 512)), tf.float32)
+            res = run_ensemble(x, 512, rounds, steps, optimizer)
+            report_ensemble(f"Ensembles, {name}: Dense, batch 256 (4 members × 64), 512 → 512",
+                            res)
+            continue
         if args.profile:
             x = tf.constant(rng.standard_normal((256, 512)), tf.float32)
             res = run_rounds(profile_cases(512, x, optimizer), rounds, steps)

@@ -202,3 +202,70 @@ def test_mixed_float16(cls, mixed_float16):
     model.compile(keras.optimizers.SGD(1e-3), "mse")
     history = model.fit(x, y, batch_size=8, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def _alpha_probe(sampling, alpha_mean, alpha_stddev, rows, ensemble_size=2, dim=8, seed=0):
+    """A DenseRank1 whose output is its draw of α: ``W = I``, γ ≡ 1 (stddev e⁻³⁰), no bias,
+    inputs of ones; α ~ N(alpha_mean, alpha_stddev²) per entry."""
+    layer = bl.DenseRank1(
+        dim, use_bias=False, kernel_initializer="identity", ensemble_size=ensemble_size,
+        sampling=sampling, seed=seed,
+        alpha_initializer=bl.TrainableRandomSignNormal(
+            mean_initializer=keras.initializers.Constant(alpha_mean),
+            stddev_initializer=keras.initializers.Constant(np.log(alpha_stddev))),
+        gamma_initializer=bl.TrainableRandomSignNormal(
+            mean_initializer="ones", stddev_initializer=keras.initializers.Constant(-30.0)))
+    x = np.ones([ensemble_size * rows, dim], np.float32)
+    layer.build(x.shape)
+    return layer, x
+
+
+@pytest.mark.parametrize("sampling", ["per_example", "per_member"])
+def test_rank1_sampling_draws_the_posterior(sampling):
+    """Both modes draw α ~ N(μ, σ²) (mean and variance within 5 standard errors over n
+    draws); per example every row has its own draw, per member a member's rows share one."""
+    mu, sigma = 0.5, 0.3
+    rows, calls = (4096, 1) if sampling == "per_example" else (4, 1024)
+    layer, x = _alpha_probe(sampling, mu, sigma, rows)
+    call = tf.function(layer)
+    out = np.stack([call(x).numpy() for _ in range(calls)])
+    blocks = out.reshape(-1, 2, rows, 8)  # [calls, member, row, α entry]
+    if sampling == "per_member":
+        np.testing.assert_array_equal(blocks, np.repeat(blocks[:, :, :1], rows, axis=2))
+        samples = blocks[:, :, 0].ravel()
+    else:
+        assert np.all(np.abs(np.diff(blocks, axis=2)) > 0)  # rows of a member differ
+        samples = out.ravel()
+    n = samples.size
+    assert abs(samples.mean() - mu) < 5 * sigma / np.sqrt(n)
+    assert abs(samples.var() / sigma**2 - 1) < 5 * np.sqrt(2 / n)
+    config = bl.DenseRank1.from_config(layer.get_config()).get_config()
+    assert config["sampling"] == sampling
+
+
+@pytest.mark.parametrize("sampling", ["per_example", "per_member"])
+def test_rank1_factors_are_clipped_to_10_with_the_clip_gradient(sampling):
+    """α ~ N(9.95, 1) is clipped to 10 (about 48 % of draws: P(N(0, 1) > 0.05) = 0.480,
+    within 5 standard errors); its mean's gradient counts the unclipped draws, its
+    stddev's sums their eps, as the gradient of ``clip(loc + scale · eps)``."""
+    layer, x = _alpha_probe(sampling, 9.95, 1.0, rows=512, ensemble_size=1)
+    with tf.GradientTape() as tape:
+        out = layer(x)
+        total = tf.reduce_sum(out)
+    d_mean, d_raw_stddev = tape.gradient(total, [layer.alpha.mean, layer.alpha.raw_stddev])
+    out = out.numpy()
+    assert out.max() == 10.0
+    unclipped = out < 10.0
+    if sampling == "per_example":
+        frac = 1 - unclipped.mean()
+        assert abs(frac - 0.480) < 5 * np.sqrt(0.48 * 0.52 / out.size)
+    np.testing.assert_allclose(d_mean.numpy()[0], unclipped.sum(axis=0))
+    eps = (out - 9.95) / 1.0  # stddev exp(log 1) = 1; d/d raw = scale · eps = eps
+    np.testing.assert_allclose(d_raw_stddev.numpy()[0], np.where(unclipped, eps, 0).sum(axis=0),
+                               rtol=1e-4, atol=1e-3)
+
+
+def test_bad_sampling_is_one_line():
+    with pytest.raises(ValueError, match=r"^Expected sampling in \['per_example', 'per_member'\]"
+                                         r"\. Received: sampling='per_batch'$"):
+        bl.DenseRank1(3, sampling="per_batch")

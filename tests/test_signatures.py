@@ -29,6 +29,9 @@ TWINS = {
     bl.DenseDVI: (keras.layers.Dense, (2, 5)),
     bl.DenseRank1: (keras.layers.Dense, (4, 5)),  # ensemble layers: batch divisible by 4
     bl.DenseBatchEnsemble: (keras.layers.Dense, (4, 5)),
+    bl.Conv1DRank1: (keras.layers.Conv1D, (4, 9, 3)),
+    bl.Conv2DRank1: (keras.layers.Conv2D, (4, 9, 9, 3)),
+    bl.Conv2DBatchEnsemble: (keras.layers.Conv2D, (4, 9, 9, 3)),
     bl.Conv1DReparameterization: (keras.layers.Conv1D, (2, 9, 3)),
     bl.Conv1DFlipout: (keras.layers.Conv1D, (2, 9, 3)),
     bl.Conv1DVariationalDropout: (keras.layers.Conv1D, (2, 9, 3)),
@@ -66,9 +69,10 @@ PROBES = {
 }
 # Per-layer probes: the ensemble layers' kernel is a point estimate (no posterior).
 LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
-                for cls in (bl.DenseRank1, bl.DenseBatchEnsemble)}
+                for cls in (bl.DenseRank1, bl.DenseBatchEnsemble, bl.Conv1DRank1,
+                            bl.Conv2DRank1, bl.Conv2DBatchEnsemble)}
 # Layers without noise take no ``seed``.
-NOISELESS = (bl.DenseBatchEnsemble,)
+NOISELESS = (bl.DenseBatchEnsemble, bl.Conv2DBatchEnsemble)
 # Keys whose Bayesian value is a distribution initializer / KL regularizer object that a
 # Keras twin cannot hold: compared by presence only.
 BAYESIAN_KEYS = {"kernel_initializer", "recurrent_initializer", "kernel_regularizer",

@@ -31,6 +31,7 @@ from bayes_planet.layers.dense import (
     DenseVariationalDropout,
 )
 from bayes_planet.layers.ensemble import DenseBatchEnsemble, DenseRank1
+from bayes_planet.layers.ensemble_conv import Conv1DRank1, Conv2DBatchEnsemble, Conv2DRank1
 from bayes_planet.layers.flows import (
     MADE,
     ActNorm,
@@ -106,10 +107,13 @@ __all__ = [
     "Categorical",
     "ConstantMean",
     "Conv1DFlipout",
+    "Conv1DRank1",
     "Conv1DReparameterization",
     "Conv1DVariationalDropout",
+    "Conv2DBatchEnsemble",
     "Conv2DFlipout",
     "Conv2DLocalReparameterization",
+    "Conv2DRank1",
     "Conv2DReparameterization",
     "Conv2DVariationalDropout",
     "DenseBatchEnsemble",
