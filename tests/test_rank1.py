@@ -275,3 +275,15 @@ def test_bad_sampling_is_one_line():
     with pytest.raises(ValueError, match=r"^Expected sampling in \['per_example', 'per_member'\]"
                                          r"\. Received: sampling='per_batch'$"):
         bl.DenseRank1(3, sampling="per_batch")
+
+
+def test_rank1_per_member_with_one_deterministic_factor():
+    """A point-mass α (``trainable_deterministic``) is used as it is; γ is still drawn once
+    per member: a member's rows (same input) agree, the next call differs."""
+    layer = bl.DenseRank1(3, ensemble_size=2, sampling="per_member", seed=0,
+                          alpha_initializer="trainable_deterministic")
+    x = np.tile(_data(1, 5), [4, 1])
+    first, second = layer(x).numpy(), layer(x).numpy()
+    np.testing.assert_array_equal(first[0], first[1])
+    assert not np.allclose(first, second)
+    assert len(layer.losses) == 2  # the point mass's -log prior and γ's KL
