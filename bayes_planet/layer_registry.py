@@ -10,9 +10,10 @@ file, this table and its tests.
 
 Families are the layer types: ``'dense'``, ``'conv1d'``, ``'conv2d'``,
 ``'einsum_dense'``, ``'multi_head_attention'``, ``'lstm_cell'``, ``'gru_cell'``, and
-``'dense_ensemble'`` (rank-1 and BatchEnsemble dense layers: a family of its own because
-they need the ensemble batch convention of `bayes_planet.layers.ensemble`, while the
-``'dense'`` family's readers feed plain batches), and for the same reason
+``'dense_ensemble'``, ``'conv1d_ensemble'``, ``'conv2d_ensemble'`` (rank-1 and
+BatchEnsemble layers: families of their own because they need the ensemble batch
+convention of `bayes_planet.layers.ensemble`, while the ``'dense'``/``'conv*'``
+families' readers feed plain batches), and for the same reason
 ``'einsum_dense_ensemble'``, ``'multi_head_attention_ensemble'`` (rank-1 attention,
 `bayes_planet.layers.ensemble_attention`; the Transformer reads them, see
 `bayes_planet.layers.transformer`), ``'lstm_cell_ensemble'`` and ``'gru_cell_ensemble'``
@@ -53,6 +54,13 @@ _FAMILIES = {
         "flipout": "conv.Conv2DFlipout",
         "local_reparameterization": "conv.Conv2DLocalReparameterization",
         "variational_dropout": "conv.Conv2DVariationalDropout",
+    }),
+    "conv1d_ensemble": ("Conv1D", {
+        "rank1": "ensemble_conv.Conv1DRank1",
+    }),
+    "conv2d_ensemble": ("Conv2D", {
+        "rank1": "ensemble_conv.Conv2DRank1",
+        "batch_ensemble": "ensemble_conv.Conv2DBatchEnsemble",
     }),
     "einsum_dense": ("EinsumDense", {
         "reparameterization": "attention.EinsumDenseReparameterization",

@@ -9,6 +9,7 @@ median step times to the Keras layer measured in the same run.
     python benchmarks/layer_overhead.py --optimizer sgd  # one optimizer
     python benchmarks/layer_overhead.py --profile        # where a Bayesian dense step's time goes
     python benchmarks/layer_overhead.py --quick          # fewer rounds
+    python benchmarks/layer_overhead.py --ensemble       # rank-1 / BatchEnsemble dense layers
 """
 
 import argparse
@@ -29,9 +30,11 @@ from bayes_planet.layers.noise import standard_normal  # noqa: E402
 OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(1e-3), "adam": lambda: keras.optimizers.Adam(1e-3)}
 
 
-def make_step(layer, x, dataset_size=50_000, optimizer="adam", context=contextlib.nullcontext):
+def make_step(layer, x, dataset_size=50_000, optimizer="adam", context=contextlib.nullcontext,
+              input_gradient=False):
     """A traced train step of ``layer`` on ``x``; ``context()`` is active while tracing
-    (e.g. ``lambda: bl.posterior_mean(layer)``)."""
+    (e.g. ``lambda: bl.posterior_mean(layer)``). ``input_gradient=True`` also computes
+    (and returns) the gradient to ``x``, as for a layer inside a network."""
     layer(x)  # build
     opt = OPTIMIZERS[optimizer]()
     opt.build(layer.trainable_variables)
@@ -39,38 +42,42 @@ def make_step(layer, x, dataset_size=50_000, optimizer="adam", context=contextli
     @tf.function
     def step():
         with tf.GradientTape() as tape:
+            tape.watch(x)
             out = tf.convert_to_tensor(layer(x, training=True))
             loss = tf.reduce_mean(tf.square(out))
             if layer.losses:
                 loss += tf.add_n(layer.losses) / dataset_size
-        grads = tape.gradient(loss, layer.trainable_variables)
-        opt.apply_gradients(zip(grads, layer.trainable_variables, strict=True))
-        return loss
+        variables = layer.trainable_variables
+        grads = tape.gradient(loss, variables + [x] if input_gradient else variables)
+        opt.apply_gradients(zip(grads[:len(variables)], variables, strict=True))
+        return (loss, grads[-1]) if input_gradient else loss
 
     with context():
         step()
     return step
 
 
-def time_steps(step, n):
-    start = time.perf_counter()
+def time_steps(step, n, clock=time.perf_counter):
+    """Seconds per call of ``step`` by ``clock``: the wall clock, or ``time.process_time``
+    (``--cpu-time``: all of TensorFlow's threads, not other processes on a shared machine)."""
+    start = clock()
     for _ in range(n):
-        loss = step()
-    loss.numpy()
-    return (time.perf_counter() - start) / n
+        out = step()
+    tf.nest.flatten(out)[0].numpy()
+    return (clock() - start) / n
 
 
-def bench(cases, x, rounds, steps, optimizer="adam"):
+def bench(cases, x, rounds, steps, optimizer="adam", clock=time.perf_counter):
     fns = {name: make_step(factory(), x, optimizer=optimizer) for name, factory in cases.items()}
-    return run_rounds(fns, rounds, steps)
+    return run_rounds(fns, rounds, steps, clock)
 
 
-def run_rounds(fns, rounds, steps):
+def run_rounds(fns, rounds, steps, clock=time.perf_counter):
     """Median seconds per call of each zero-argument function, interleaved A B A B."""
     times = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
-            times[name].append(time_steps(fn, steps))
+            times[name].append(time_steps(fn, steps, clock))
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
@@ -100,6 +107,43 @@ def conv_cases(filters):
         "tfp Convolution2DReparameterization": lambda: tfpl.Convolution2DReparameterization(**kw),
         "tfp Convolution2DFlipout": lambda: tfpl.Convolution2DFlipout(**kw),
     }
+
+
+def ensemble_cases(units):
+    """The rank-1 and BatchEnsemble dense layers (4 members) against Keras Dense."""
+    return {
+        "keras Dense": lambda: keras.layers.Dense(units),
+        "DenseRank1 (per example)": lambda: bl.DenseRank1(units, seed=0),
+        "DenseRank1 (per member)": lambda: bl.DenseRank1(units, seed=0, sampling="per_member"),
+        "DenseBatchEnsemble": lambda: bl.DenseBatchEnsemble(units),
+    }
+
+
+def run_ensemble(x, units, rounds, steps, optimizer, clock=time.perf_counter):
+    """`ensemble_cases` with a constant input and with the input's gradient (as inside a
+    network: there Keras also computes ``g @ Wᵀ``, which an ensemble layer needs anyway for
+    α's gradient), plus DenseRank1 under `posterior_mean` (its step without the noise)."""
+    fns = {}
+    for grad in (False, True):
+        where = "input gradient" if grad else "constant input"
+        for name, factory in ensemble_cases(units).items():
+            fns[f"{name}, {where}"] = make_step(factory(), x, optimizer=optimizer,
+                                                input_gradient=grad)
+        layer = bl.DenseRank1(units, seed=0)
+        fns[f"DenseRank1 (posterior_mean), {where}"] = make_step(
+            layer, x, optimizer=optimizer, input_gradient=grad,
+            context=lambda layer=layer: bl.posterior_mean(layer))
+    return run_rounds(fns, rounds, steps, clock)
+
+
+def report_ensemble(title, results):
+    print(f"\n### {title}\n")
+    print("| layer | input | step (ms) | ÷ Keras Dense (same input) |")
+    print("|---|---|---:|---:|")
+    for key, t in results.items():
+        name, where = key.rsplit(", ", 1)
+        base = results[f"keras Dense, {where}"]
+        print(f"| {name} | {where} | {1e3 * t:.2f} | {t / base:.2f}× |")
 
 
 def profile_cases(units, x, optimizer):
@@ -166,7 +210,12 @@ def main():
     parser.add_argument("--profile", action="store_true",
                         help="ablate the dense steps (noise, KL) instead of the layer tables")
     parser.add_argument("--no-conv", action="store_true", help="skip the conv table")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time steps by this process's CPU time instead of the wall clock")
+    parser.add_argument("--ensemble", action="store_true",
+                        help="the rank-1 / BatchEnsemble dense table instead of the layer tables")
     args = parser.parse_args()
+    clock = time.process_time if args.cpu_time else time.perf_counter
     rounds, steps = (3, 5) if args.quick else (9, 20)
     optimizers = ["sgd", "adam"] if args.optimizer == "both" else [args.optimizer]
     rng = np.random.default_rng(0)
@@ -178,23 +227,30 @@ def main():
         "Conv2DFlipout": "tfp Convolution2DFlipout",
     }
     print(f"TF {tf.__version__}, TFP {tfp.__version__}, {os.cpu_count()} CPUs, "
-          f"median of {rounds} rounds x {steps} steps, load average at start "
+          f"median of {rounds} rounds x {steps} steps, "
+          f"{'process CPU' if args.cpu_time else 'wall-clock'} time, load average at start "
           f"{' / '.join(f'{v:.2f}' for v in os.getloadavg())}")
     for optimizer in optimizers:
         name = {"sgd": "SGD", "adam": "Adam"}[optimizer]
+        if args.ensemble:
+            x = tf.constant(rng.standard_normal((256, 512)), tf.float32)
+            res = run_ensemble(x, 512, rounds, steps, optimizer, clock)
+            report_ensemble(f"Ensembles, {name}: Dense, batch 256 (4 members × 64), 512 → 512",
+                            res)
+            continue
         if args.profile:
             x = tf.constant(rng.standard_normal((256, 512)), tf.float32)
-            res = run_rounds(profile_cases(512, x, optimizer), rounds, steps)
+            res = run_rounds(profile_cases(512, x, optimizer), rounds, steps, clock)
             report_profile(f"Profile, {name}: Dense, batch 256, 512 → 512", res)
             continue
         for batch in (256, 4096):
             x = tf.constant(rng.standard_normal((batch, 512)), tf.float32)
             res = bench(dense_cases(512), x, rounds, steps if batch == 256 else max(2, steps // 4),
-                        optimizer)
+                        optimizer, clock)
             report(f"{name}: Dense, batch {batch}, 512 → 512", res, "keras Dense", twins)
         if not args.no_conv:
             x = tf.constant(rng.standard_normal((32, 32, 32, 64)), tf.float32)
-            res = bench(conv_cases(64), x, rounds, max(2, steps // 4), optimizer)
+            res = bench(conv_cases(64), x, rounds, max(2, steps // 4), optimizer, clock)
             report(f"{name}: Conv2D 3×3, batch 32, 32×32×64 → 64", res, "keras Conv2D", twins)
     print(f"\nload average at end {' / '.join(f'{v:.2f}' for v in os.getloadavg())}")
 

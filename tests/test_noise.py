@@ -6,7 +6,7 @@ import tensorflow as tf
 from scipy import stats
 
 from bayes_planet.layers.estimators import rademacher, random_signs
-from bayes_planet.layers.noise import standard_normal
+from bayes_planet.layers.noise import MAX_ABS, standard_normal
 
 N = 2**20  # tolerances below are 5 standard errors at this sample size
 
@@ -18,6 +18,15 @@ def test_standard_normal_matches_n01():
     assert abs(z.var() - 1) < 5 * np.sqrt(2) * se
     assert stats.kstest(z, "norm").pvalue > 1e-3
     assert abs(np.corrcoef(z[:-1], z[1:])[0, 1]) < 5 * se
+
+
+def test_standard_normal_is_bounded_by_max_abs():
+    """The largest Box–Muller radius (at the smallest uniform, in float32) is MAX_ABS, and no
+    draw exceeds it (layers skip a clip that no draw can reach on this bound)."""
+    radius = float(tf.sqrt(-2.0 * tf.math.log(tf.constant(1e-7, tf.float32))))
+    np.testing.assert_allclose(radius, MAX_ABS, rtol=1e-6)
+    z = standard_normal([N], tf.constant([2, 9])).numpy()
+    assert np.abs(z).max() <= MAX_ABS * (1 + 1e-6)
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16, tf.float32, tf.float64])

@@ -202,3 +202,88 @@ def test_mixed_float16(cls, mixed_float16):
     model.compile(keras.optimizers.SGD(1e-3), "mse")
     history = model.fit(x, y, batch_size=8, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"][0])
+
+
+def _alpha_probe(sampling, alpha_mean, alpha_stddev, rows, ensemble_size=2, dim=8, seed=0):
+    """A DenseRank1 whose output is its draw of α: ``W = I``, γ ≡ 1 (stddev e⁻³⁰), no bias,
+    inputs of ones; α ~ N(alpha_mean, alpha_stddev²) per entry."""
+    layer = bl.DenseRank1(
+        dim, use_bias=False, kernel_initializer="identity", ensemble_size=ensemble_size,
+        sampling=sampling, seed=seed,
+        alpha_initializer=bl.TrainableRandomSignNormal(
+            mean_initializer=keras.initializers.Constant(alpha_mean),
+            stddev_initializer=keras.initializers.Constant(np.log(alpha_stddev))),
+        gamma_initializer=bl.TrainableRandomSignNormal(
+            mean_initializer="ones", stddev_initializer=keras.initializers.Constant(-30.0)))
+    x = np.ones([ensemble_size * rows, dim], np.float32)
+    layer.build(x.shape)
+    return layer, x
+
+
+@pytest.mark.parametrize("sampling", ["per_example", "per_member"])
+def test_rank1_sampling_draws_the_posterior(sampling):
+    """Both modes draw α ~ N(μ, σ²) (mean and variance within 5 standard errors over n
+    draws); per example every row has its own draw, per member a member's rows share one."""
+    mu, sigma = 0.5, 0.3
+    rows, calls = (4096, 1) if sampling == "per_example" else (4, 1024)
+    layer, x = _alpha_probe(sampling, mu, sigma, rows)
+    call = tf.function(layer)
+    out = np.stack([call(x).numpy() for _ in range(calls)])
+    blocks = out.reshape(-1, 2, rows, 8)  # [calls, member, row, α entry]
+    if sampling == "per_member":
+        np.testing.assert_array_equal(blocks, np.repeat(blocks[:, :, :1], rows, axis=2))
+        samples = blocks[:, :, 0].ravel()
+    else:
+        assert np.all(np.abs(np.diff(blocks, axis=2)) > 0)  # rows of a member differ
+        samples = out.ravel()
+    n = samples.size
+    assert abs(samples.mean() - mu) < 5 * sigma / np.sqrt(n)
+    assert abs(samples.var() / sigma**2 - 1) < 5 * np.sqrt(2 / n)
+    config = bl.DenseRank1.from_config(layer.get_config()).get_config()
+    assert config["sampling"] == sampling
+
+
+@pytest.mark.parametrize("sampling", ["per_example", "per_member"])
+@pytest.mark.parametrize("mean, stddev", [(9.95, 1.0), (0.5, 0.3)], ids=["reaches", "inside"])
+def test_rank1_factors_are_clipped_to_10_with_the_clip_gradient(sampling, mean, stddev):
+    """α = clip(loc + scale · eps, -10, 10): for α ~ N(9.95, 1) about 48 % of draws are 10
+    (P(N(0, 1) > 0.05) = 0.480, within 5 standard errors); for N(0.5, 0.3²) none can reach
+    the bounds (the clip is skipped, not changed). In both, the mean's gradient counts the
+    unclipped draws and the log-stddev's sums their ``scale · eps``."""
+    layer, x = _alpha_probe(sampling, mean, stddev, rows=512, ensemble_size=1)
+    with tf.GradientTape() as tape:
+        out = layer(x)
+        total = tf.reduce_sum(out)
+    d_mean, d_raw_stddev = tape.gradient(total, [layer.alpha.mean, layer.alpha.raw_stddev])
+    out = out.numpy()
+    unclipped = out < 10.0
+    if mean > 9:
+        assert out.max() == 10.0
+        if sampling == "per_example":
+            frac = 1 - unclipped.mean()
+            assert abs(frac - 0.480) < 5 * np.sqrt(0.48 * 0.52 / out.size)
+    else:
+        assert unclipped.all() and np.abs(out).max() < 10.0
+    np.testing.assert_allclose(d_mean.numpy()[0], unclipped.sum(axis=0))
+    scaled_eps = out - mean  # scale · eps = d α / d log-stddev
+    np.testing.assert_allclose(d_raw_stddev.numpy()[0],
+                               np.where(unclipped, scaled_eps, 0).sum(axis=0),
+                               rtol=1e-4, atol=1e-3)
+
+
+def test_bad_sampling_is_one_line():
+    with pytest.raises(ValueError, match=r"^Expected sampling in \['per_example', 'per_member'\]"
+                                         r"\. Received: sampling='per_batch'$"):
+        bl.DenseRank1(3, sampling="per_batch")
+
+
+def test_rank1_per_member_with_one_deterministic_factor():
+    """A point-mass α (``trainable_deterministic``) is used as it is; γ is still drawn once
+    per member: a member's rows (same input) agree, the next call differs."""
+    layer = bl.DenseRank1(3, ensemble_size=2, sampling="per_member", seed=0,
+                          alpha_initializer="trainable_deterministic")
+    x = np.tile(_data(1, 5), [4, 1])
+    first, second = layer(x).numpy(), layer(x).numpy()
+    np.testing.assert_array_equal(first[0], first[1])
+    assert not np.allclose(first, second)
+    assert len(layer.losses) == 2  # the point mass's -log prior and γ's KL

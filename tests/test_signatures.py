@@ -29,6 +29,9 @@ TWINS = {
     bl.DenseDVI: (keras.layers.Dense, (2, 5)),
     bl.DenseRank1: (keras.layers.Dense, (4, 5)),  # ensemble layers: batch divisible by 4
     bl.DenseBatchEnsemble: (keras.layers.Dense, (4, 5)),
+    bl.Conv1DRank1: (keras.layers.Conv1D, (4, 9, 3)),
+    bl.Conv2DRank1: (keras.layers.Conv2D, (4, 9, 9, 3)),
+    bl.Conv2DBatchEnsemble: (keras.layers.Conv2D, (4, 9, 9, 3)),
     bl.Conv1DReparameterization: (keras.layers.Conv1D, (2, 9, 3)),
     bl.Conv1DFlipout: (keras.layers.Conv1D, (2, 9, 3)),
     bl.Conv1DVariationalDropout: (keras.layers.Conv1D, (2, 9, 3)),
@@ -72,12 +75,13 @@ PROBES = {
 # Per-layer probes: the ensemble layers' kernel is a point estimate (no posterior).
 LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
                 for cls in (bl.DenseRank1, bl.DenseBatchEnsemble, bl.EinsumDenseRank1,
-                            bl.MultiHeadAttentionRank1)}
+                            bl.MultiHeadAttentionRank1, bl.Conv1DRank1, bl.Conv2DRank1,
+                            bl.Conv2DBatchEnsemble)}
 LAYER_PROBES.update({cls: {"kernel_initializer": "glorot_uniform",
                            "recurrent_initializer": "orthogonal"}
                      for cls in (bl.LSTMCellRank1, bl.GRUCellRank1)})
 # Layers without noise take no ``seed``.
-NOISELESS = (bl.DenseBatchEnsemble,)
+NOISELESS = (bl.DenseBatchEnsemble, bl.Conv2DBatchEnsemble)
 # Layers whose Keras twin takes the ``seed`` itself (positionally, in the twin's place).
 TWIN_SEEDED = (bl.MCDropout,)
 # Keys whose Bayesian value is a distribution initializer / KL regularizer object that a

@@ -32,6 +32,7 @@ from bayes_planet.layers.dense import (
 )
 from bayes_planet.layers.ensemble import DenseBatchEnsemble, DenseRank1
 from bayes_planet.layers.ensemble_attention import EinsumDenseRank1, MultiHeadAttentionRank1
+from bayes_planet.layers.ensemble_conv import Conv1DRank1, Conv2DBatchEnsemble, Conv2DRank1
 from bayes_planet.layers.ensemble_models import (
     DeepEnsemble,
     EnsembleModel,
@@ -128,10 +129,13 @@ __all__ = [
     "Categorical",
     "ConstantMean",
     "Conv1DFlipout",
+    "Conv1DRank1",
     "Conv1DReparameterization",
     "Conv1DVariationalDropout",
+    "Conv2DBatchEnsemble",
     "Conv2DFlipout",
     "Conv2DLocalReparameterization",
+    "Conv2DRank1",
     "Conv2DReparameterization",
     "Conv2DVariationalDropout",
     "DeepEnsemble",

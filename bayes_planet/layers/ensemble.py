@@ -4,7 +4,9 @@ Both hold ``ensemble_size`` members that share one point-estimate kernel ``W``
 ``[in, units]`` and differ by per-member factors on the inputs (α ``[E, in]``) and the
 outputs (γ ``[E, units]``) and a per-member bias ``[E, units]``: member ``e`` computes
 ``activation(((x ∘ α_e) @ W) ∘ γ_e + b_e)``, a rank-1 change of the shared kernel for
-``E·(in + 2·units)`` extra parameters.
+``E·(in + 2·units)`` extra parameters. The convolutional layers of
+`bayes_planet.layers.ensemble_conv` are the same with the convolution for ``@``; the
+mixins here (`EnsembleLayer`, `Rank1Ensemble`, `BatchEnsemble`) are shared by both.
 
 Batch convention (as in edward2, so its users' code ports unchanged): the input batch of
 ``E·b`` rows is ``E`` contiguous blocks of ``b`` rows and block ``e`` goes through member
@@ -34,14 +36,34 @@ from bayes_planet.layers.base import (
     split_seed,
 )
 from bayes_planet.layers.initializers import DistributionInitializer, MomentsUnavailableError
-from bayes_planet.layers.noise import standard_normal
+from bayes_planet.layers.noise import MAX_ABS, standard_normal
 
-__all__ = ["DenseBatchEnsemble", "DenseRank1", "member_rows"]
+__all__ = [
+    "BatchEnsemble",
+    "DenseBatchEnsemble",
+    "DenseRank1",
+    "EnsembleLayer",
+    "Rank1Ensemble",
+    "draw_factor",
+    "factor_moments",
+    "member_rows",
+    "point_initializer",
+    "sample_factor",
+]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
-#: Sampled rank-1 factors are clipped to [-_CLIP, _CLIP] (edward2's perturbation bounds).
-_CLIP = 10.0
+#: Sampled rank-1 factors are clipped to [-CLIP, CLIP] (edward2's perturbation bounds).
+CLIP = 10.0
+#: Defaults shared by the dense and convolutional ensemble layers.
+ENSEMBLE_SIZE = 4
+RANK1_POSTERIOR = "trainable_random_sign_normal"  # α, γ ~ N(±1, ≈0.032²) at the start
+RANK1_PRIOR = "rank1_normal_kl_divergence"  # KL to N(1, 0.1²)
+FAST_WEIGHTS = "random_sign"  # BatchEnsemble's α, γ start at ±1
+#: `Rank1Ensemble` ``sampling`` modes.
+SAMPLINGS = ("per_example", "per_member")
+# Relative slack of the no-clip test for float rounding of a sample (float16 included).
+_ROUNDING_SLACK = 1.01
 
 
 def point_initializer(name, value):
@@ -65,46 +87,219 @@ def member_rows(batch_size, ensemble_size):
         batch_size = x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
     static = batch_size if isinstance(batch_size, int) else tf.get_static_value(batch_size)
     if static is not None:
-        static = int(static)
         if static % ensemble_size:
             raise ValueError(f"Expected a batch size divisible by ensemble_size. Received: "
                              f"batch size {static}, ensemble_size={ensemble_size}")
         return static // ensemble_size
+    rows = tf.shape(x)[0]
     check = tf.debugging.assert_equal(
-        batch_size % ensemble_size, 0,
+        rows % ensemble_size, 0,
         message=f"Expected a batch size divisible by ensemble_size={ensemble_size}. "
                 "Received: batch size")
     with tf.control_dependencies([check]):
-        return tf.identity(batch_size // ensemble_size)
+        return tf.identity(rows // ensemble_size)
+
+
+class EnsembleLayer:
+    """Mixin for a Keras layer with a shared kernel and per-member factors and biases.
+
+    Placed before the Keras class (``Dense``, ``Conv1D``, ``Conv2D``), whose ``build``
+    makes the kernel (``[..., in, out]``) and input spec; this mixin adds α ``[E, in]``,
+    γ ``[E, out]`` and, with ``use_bias``, the bias ``[E, out]`` (the Keras bias is not
+    built), and computes ``activation(linear(x ∘ α_e) ∘ γ_e + b_e)`` on block ``e`` of
+    the batch. Subclasses define ``_factors`` (sampled or fast weights), and the layer
+    its ``_linear`` op and ``_channel_axis``. Concrete layers call ``_init_ensemble``
+    from ``__init__`` after the Keras ``__init__``.
+    """
+
+    _channel_axis = -1
+
+    def _init_ensemble(self, ensemble_size, alpha_initializer, gamma_initializer,
+                       alpha_regularizer=None, gamma_regularizer=None):
+        self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
+        self.alpha_initializer = initializers.get(alpha_initializer)
+        self.gamma_initializer = initializers.get(gamma_initializer)
+        self.alpha_regularizer = regularizers.get(alpha_regularizer)
+        self.gamma_regularizer = regularizers.get(gamma_regularizer)
+
+    def build(self, input_shape):
+        use_bias, self.use_bias = self.use_bias, False  # The Keras bias is one vector.
+        try:
+            super().build(input_shape)
+        finally:
+            self.use_bias = use_bias
+        in_dim, out_dim = self.kernel.shape[-2:]
+        members = self.ensemble_size
+        self.alpha = self.add_weight(
+            name="alpha", shape=[members, in_dim], initializer=self.alpha_initializer,
+            regularizer=self.alpha_regularizer, dtype=self.dtype, trainable=True)
+        self.gamma = self.add_weight(
+            name="gamma", shape=[members, out_dim], initializer=self.gamma_initializer,
+            regularizer=self.gamma_regularizer, dtype=self.dtype, trainable=True)
+        self.bias = None
+        if self.use_bias:
+            self.bias = self.add_weight(
+                name="bias", shape=[members, out_dim], initializer=self.bias_initializer,
+                regularizer=self.bias_regularizer, constraint=self.bias_constraint,
+                dtype=self.dtype, trainable=True)
+        self.built = True
+
+    def _factors(self, rows, dtype):
+        """(α, γ) of shapes ``[E, rows, in]`` and ``[E, rows, out]`` (or ``1`` for ``rows``
+        where a factor is shared by a member's rows)."""
+        raise NotImplementedError
+
+    def _perturb(self, t, factor):
+        """How a factor acts on the inputs and outputs: ``t ∘ factor``."""
+        return t * factor
+
+    def _linear(self, x, kernel):
+        """The shared linear op (``x @ W``, a convolution)."""
+        raise NotImplementedError
+
+    def _per_member(self, t, factor, rows, bias=None):
+        """``perturb(t, factor) (+ bias)`` with block ``e`` of ``t``'s rows taking member
+        ``e``'s factor ``[rows or 1, channels]`` along the channel axis."""
+        shape = tf.shape(t)
+        rank = t.shape.rank
+        blocks = tf.reshape(t, tf.concat([[self.ensemble_size, rows], shape[1:]], 0))
+        broadcast = [self.ensemble_size, -1] + [1] * (rank - 1)
+        broadcast[self._channel_axis % rank + 1] = t.shape[self._channel_axis]
+        out = self._perturb(blocks, tf.reshape(factor, broadcast))
+        if bias is not None:
+            out += tf.reshape(bias, broadcast)
+        out = tf.reshape(out, shape)
+        out.set_shape(t.shape)
+        return out
+
+    def call(self, inputs, training=None):
+        del training  # The same computation in training and inference.
+        x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
+        rows = member_rows(x, self.ensemble_size)
+        alpha, gamma = self._factors(rows, x.dtype)
+        out = self._linear(self._per_member(x, alpha, rows), tf.cast(self.kernel, x.dtype))
+        bias = tf.cast(self.bias, x.dtype) if self.use_bias else None
+        out = self._per_member(out, gamma, rows, bias)
+        return self.activation(out) if self.activation is not None else out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            ensemble_size=self.ensemble_size,
+            alpha_initializer=initializers.serialize(self.alpha_initializer),
+            gamma_initializer=initializers.serialize(self.gamma_initializer),
+        )
+        return config
+
+
+def factor_moments(layer, name, dtype):
+    """(loc, scale) of the posterior of the rank-1 factor ``layer.<name>`` (``[E, dim]``), as
+    ``[E, 1, dim]`` (scale None: deterministic, e.g. inside `posterior_mean`). Needs
+    closed-form normal moments: a one-line error naming ``<name>_initializer`` otherwise."""
+    weight = getattr(layer, name)
+    try:
+        loc, scale = moments(weight, dtype)
+    except MomentsUnavailableError as e:
+        raise ValueError(
+            f"{type(layer).__name__} samples {name} from closed-form factorized "
+            f"normal moments (loc, scale). Received: {name}_initializer="
+            f"{type(weight).__name__}") from e
+    return tf.expand_dims(loc, 1), None if scale is None else tf.expand_dims(scale, 1)
+
+
+def draw_factor(loc, scale, rows, seed, dtype, per_member=False):
+    """A draw of rank-1 factors from ``(loc, scale)`` ``[E, 1, dim]`` (`factor_moments`):
+    ``[E, rows, dim]`` (one per example, replica-aware via `base.per_example`) or, with
+    ``per_member``, ``[E, 1, dim]``; ``loc`` itself when ``scale`` is None. Clipped to
+    [-CLIP, CLIP] (edward2's bounds)."""
+    if scale is None:
+        return loc
+    members, dim = loc.shape[0], loc.shape[-1]
+    if per_member:
+        eps = standard_normal([members, 1, dim], seed, dtype=dtype)
+        return tf.clip_by_value(loc + scale * eps, -CLIP, CLIP)
+    eps = per_example(lambda shape, s: standard_normal(shape, s, dtype=dtype),
+                      tf.stack([members * rows, dim]), seed)
+    sample = loc + scale * tf.reshape(eps, [members, rows, dim])
+    # The clip is the identity (value and gradient) unless a draw can reach ±CLIP; as
+    # |eps| <= MAX_ABS, that needs max|loc| + MAX_ABS · max(scale) near CLIP. Test that
+    # on the [E, dim] parameters and clip the per-example draws only then.
+    reach = tf.cast(tf.reduce_max(tf.abs(loc)) + MAX_ABS * tf.reduce_max(scale), tf.float32)
+    return tf.cond(reach * _ROUNDING_SLACK < CLIP, lambda: tf.identity(sample),
+                   lambda: tf.clip_by_value(sample, -CLIP, CLIP))
 
 
 def sample_factor(layer, name, rows, seed, dtype):
-    """One draw per example of the rank-1 factor ``layer.<name>`` (``[E, dim]``).
+    """One draw per example of the rank-1 factor ``layer.<name>``: `draw_factor` of its
+    `factor_moments`, ``[E, rows, dim]`` (``[E, 1, dim]``, the mean, when deterministic)."""
+    return draw_factor(*factor_moments(layer, name, dtype), rows, seed, dtype)
 
-    Returns ``[E, rows, dim]``: row ``r`` of member ``e`` gets its own draw from the
-    factor's posterior, clipped to [-10, 10] (edward2's bounds); or the mean
-    ``[E, 1, dim]`` when the factor is deterministic (inside `posterior_mean`).
-    Replica-aware (`base.per_example`). Needs closed-form normal moments: a one-line
-    error naming ``<name>_initializer`` for a posterior without them.
+
+class Rank1Ensemble(BayesianLayer, EnsembleLayer):
+    """Rank-1 Bayesian factors (Dusenberry et al., 2020): α and γ have a mean-field
+    posterior, sampled at each call and clipped to [-10, 10] as in edward2; inside
+    `posterior_mean` they are their means. Concrete layers call ``_init_rank1`` from
+    ``__init__``.
+
+    ``sampling='per_example'`` (edward2's and uncertainty-baselines' only mode, the
+    default) draws α and γ independently for every row of the batch (shared by its
+    middle or spatial axes): ``rows × (in + out)`` normals per call, which on a CPU cost
+    more than the layer's matmul. ``'per_member'`` draws them once per member and call
+    (shared by the member's rows, and by the replicas of a distribution strategy):
+    ``E × (in + out)`` normals, the same marginal distribution of each row's factors but
+    correlated across a member's rows, so a noisier gradient estimate for a cheaper step.
     """
-    try:
-        loc, scale = moments(getattr(layer, name), dtype)
-    except MomentsUnavailableError as e:
-        raise ValueError(
-            f"{type(layer).__name__} samples {name} per example from closed-form factorized "
-            f"normal moments (loc, scale). Received: {name}_initializer="
-            f"{type(getattr(layer, name)).__name__}") from e
-    if scale is None:
-        return loc[:, None, :]
-    members, dim = layer.ensemble_size, loc.shape[-1]
-    eps = per_example(lambda shape, s: standard_normal(shape, s, dtype=dtype),
-                      tf.stack([members * rows, dim]), seed)
-    eps = tf.reshape(eps, [members, rows, dim])
-    return tf.clip_by_value(loc[:, None, :] + scale[:, None, :] * eps, -_CLIP, _CLIP)
+
+    def _init_rank1(self, use_additive_perturbation, sampling, seed):
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"Expected sampling in {list(SAMPLINGS)}. "
+                             f"Received: sampling={sampling!r}")
+        self.use_additive_perturbation = bool(use_additive_perturbation)
+        self.sampling = sampling
+        self._init_seed(seed)
+
+    def _factors(self, rows, dtype):
+        (alpha_loc, alpha_scale), (gamma_loc, gamma_scale) = (
+            factor_moments(self, "alpha", dtype), factor_moments(self, "gamma", dtype))
+        seed = self._next_seed()
+        if self.sampling == "per_member" and alpha_scale is not None and gamma_scale is not None:
+            # One draw [E, 1, in + out] for both factors: half the ops of two small draws.
+            both = self._sample(tf.concat([alpha_loc, gamma_loc], -1),
+                                tf.concat([alpha_scale, gamma_scale], -1), rows, seed, dtype)
+            return tf.split(both, [alpha_loc.shape[-1], gamma_loc.shape[-1]], axis=-1)
+        alpha_seed, gamma_seed = split_seed(seed, 2)
+        return (self._sample(alpha_loc, alpha_scale, rows, alpha_seed, dtype),
+                self._sample(gamma_loc, gamma_scale, rows, gamma_seed, dtype))
+
+    def _sample(self, loc, scale, rows, seed, dtype):
+        return draw_factor(loc, scale, rows, seed, dtype, self.sampling == "per_member")
+
+    def _perturb(self, t, factor):
+        return t + factor if self.use_additive_perturbation else t * factor
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            alpha_regularizer=regularizers.serialize(self.alpha_regularizer),
+            gamma_regularizer=regularizers.serialize(self.gamma_regularizer),
+            use_additive_perturbation=self.use_additive_perturbation,
+            sampling=self.sampling,
+        )
+        return config
 
 
-class _EnsembleDense(keras.layers.Dense):
-    """Dense with per-member factors α, γ and biases; subclasses define ``_factors``.
+class BatchEnsemble(EnsembleLayer):
+    """BatchEnsemble factors (Wen et al., 2020): α and γ are plain trainable weights (fast
+    weights), the same for every row of a member; no noise, no KL."""
+
+    def _factors(self, rows, dtype):
+        del rows  # The same fast weights for every row of a member.
+        return (tf.expand_dims(tf.cast(self.alpha, dtype), 1),
+                tf.expand_dims(tf.cast(self.gamma, dtype), 1))
+
+
+class _EnsembleDense(EnsembleLayer, keras.layers.Dense):
+    """Dense with per-member factors α, γ and biases (`EnsembleLayer`).
 
     Args: as `keras.layers.Dense` (same order), plus keyword-only ``ensemble_size`` and
       the factors' ``alpha_initializer``/``gamma_initializer`` (and, for subclasses that
@@ -117,9 +312,9 @@ class _EnsembleDense(keras.layers.Dense):
     def __init__(self, units, activation=None, use_bias=True,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros",
                  kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *, ensemble_size=4,
-                 alpha_initializer, gamma_initializer, alpha_regularizer=None,
-                 gamma_regularizer=None, **kwargs):
+                 kernel_constraint=None, bias_constraint=None, *,
+                 ensemble_size=ENSEMBLE_SIZE, alpha_initializer, gamma_initializer,
+                 alpha_regularizer=None, gamma_regularizer=None, **kwargs):
         super().__init__(
             units=check_positive_int("units", units),
             activation=activation,
@@ -133,79 +328,17 @@ class _EnsembleDense(keras.layers.Dense):
             bias_constraint=bias_constraint,
             **kwargs,
         )
-        self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
-        self.alpha_initializer = initializers.get(alpha_initializer)
-        self.gamma_initializer = initializers.get(gamma_initializer)
-        self.alpha_regularizer = regularizers.get(alpha_regularizer)
-        self.gamma_regularizer = regularizers.get(gamma_regularizer)
+        self._init_ensemble(ensemble_size, alpha_initializer, gamma_initializer,
+                            alpha_regularizer, gamma_regularizer)
 
-    def build(self, input_shape):
-        input_shape = tf.TensorShape(input_shape)
-        last_dim = input_shape[-1] if input_shape.rank else None
-        if last_dim is None:
-            raise ValueError("Expected inputs with a defined last dimension. "
-                             f"Received: input_shape={input_shape}")
-        last_dim = int(last_dim)
-        self.input_spec = keras.layers.InputSpec(min_ndim=2, axes={-1: last_dim})
-        members = self.ensemble_size
-        self.kernel = self.add_weight(
-            name="kernel", shape=[last_dim, self.units], initializer=self.kernel_initializer,
-            regularizer=self.kernel_regularizer, constraint=self.kernel_constraint,
-            dtype=self.dtype, trainable=True)
-        self.alpha = self.add_weight(
-            name="alpha", shape=[members, last_dim], initializer=self.alpha_initializer,
-            regularizer=self.alpha_regularizer, dtype=self.dtype, trainable=True)
-        self.gamma = self.add_weight(
-            name="gamma", shape=[members, self.units], initializer=self.gamma_initializer,
-            regularizer=self.gamma_regularizer, dtype=self.dtype, trainable=True)
-        self.bias = None
-        if self.use_bias:
-            self.bias = self.add_weight(
-                name="bias", shape=[members, self.units], initializer=self.bias_initializer,
-                regularizer=self.bias_regularizer, constraint=self.bias_constraint,
-                dtype=self.dtype, trainable=True)
-        self.built = True
-
-    def _factors(self, rows, dtype):
-        """(α, γ) broadcastable to ``[E, rows, 1, in]`` and ``[E, rows, 1, units]``."""
-        raise NotImplementedError
-
-    def _perturb(self, t, factor):
-        """How a factor acts on the inputs and outputs: ``t ∘ factor``."""
-        return t * factor
-
-    def _combine(self, x, alpha, gamma, kernel):
-        """``((x ∘ α) @ W) ∘ γ`` on ``x`` of shape ``[E, rows, positions, in]``."""
-        shape = tf.shape(x)
-        out = tf.matmul(tf.reshape(self._perturb(x, alpha), [-1, shape[-1]]), kernel)
-        return self._perturb(tf.reshape(out, tf.concat([shape[:-1], [self.units]], 0)), gamma)
-
-    def call(self, inputs, training=None):
-        del training  # The same computation in training and inference.
-        x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
-        rows = member_rows(x, self.ensemble_size)
-        batch_shape = tf.shape(x)[:-1]
-        x4 = tf.reshape(x, [self.ensemble_size, rows, -1, x.shape[-1]])
-        alpha, gamma = self._factors(rows, x.dtype)
-        out = self._combine(x4, alpha, gamma, tf.cast(self.kernel, x.dtype))
-        if self.use_bias:
-            out += tf.cast(self.bias, x.dtype)[:, None, None, :]
-        out = tf.reshape(out, tf.concat([batch_shape, [self.units]], 0))
-        out.set_shape(x.shape[:-1].concatenate([self.units]))
-        return self.activation(out) if self.activation is not None else out
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            ensemble_size=self.ensemble_size,
-            alpha_initializer=initializers.serialize(self.alpha_initializer),
-            gamma_initializer=initializers.serialize(self.gamma_initializer),
-        )
-        return config
+    def _linear(self, x, kernel):
+        if x.shape.rank == 2:
+            return tf.matmul(x, kernel)
+        return tf.tensordot(x, kernel, [[x.shape.rank - 1], [0]])
 
 
 @_register
-class DenseRank1(BayesianLayer, _EnsembleDense):
+class DenseRank1(Rank1Ensemble, _EnsembleDense):
     """Rank-1 Bayesian dense layer (Dusenberry et al., 2020).
 
     A point-estimate kernel ``W`` shared by ``ensemble_size`` members, each with a
@@ -215,9 +348,10 @@ class DenseRank1(BayesianLayer, _EnsembleDense):
     ``activation(((x ∘ α_e) @ W) ∘ γ_e + b_e)`` on block ``e`` of the batch (see the
     module docstring for the batch convention). As in edward2, each call draws α and γ
     independently *per example* (one draw per row of the batch, shared by its middle
-    axes), clipped to [-10, 10]; only these vectors are sampled, never the kernel. Inside
-    `posterior_mean` α and γ are their posterior means; `fixed_noise` and ``seed`` work
-    as for every Bayesian layer.
+    axes), clipped to [-10, 10]; only these vectors are sampled, never the kernel.
+    ``sampling='per_member'`` draws them once per member instead (cheaper, noisier; see
+    `Rank1Ensemble`). Inside `posterior_mean` α and γ are their posterior means;
+    `fixed_noise` and ``seed`` work as for every Bayesian layer.
 
     The KL of α and γ to the prior (default `regularizers.Rank1NormalKLDivergence`,
     N(1, 0.1²)) is in ``layer.losses``; the kernel and bias take plain Keras
@@ -229,18 +363,18 @@ class DenseRank1(BayesianLayer, _EnsembleDense):
         initializers with closed-form normal moments).
       alpha_regularizer, gamma_regularizer: their KL regularizers.
       use_additive_perturbation: computes ``((x + α_e) @ W) + γ_e + b_e`` instead.
+      sampling: ``'per_example'`` (default) or ``'per_member'``.
       seed: int or None, for reproducible noise.
     """
 
     def __init__(self, units, activation=None, use_bias=True,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros",
                  kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *, ensemble_size=4,
-                 alpha_initializer="trainable_random_sign_normal",
-                 gamma_initializer="trainable_random_sign_normal",
-                 alpha_regularizer="rank1_normal_kl_divergence",
-                 gamma_regularizer="rank1_normal_kl_divergence",
-                 use_additive_perturbation=False, seed=None, **kwargs):
+                 kernel_constraint=None, bias_constraint=None, *,
+                 ensemble_size=ENSEMBLE_SIZE, alpha_initializer=RANK1_POSTERIOR,
+                 gamma_initializer=RANK1_POSTERIOR, alpha_regularizer=RANK1_PRIOR,
+                 gamma_regularizer=RANK1_PRIOR, use_additive_perturbation=False,
+                 sampling="per_example", seed=None, **kwargs):
         super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
                          kernel_regularizer, bias_regularizer, activity_regularizer,
                          kernel_constraint, bias_constraint, ensemble_size=ensemble_size,
@@ -248,29 +382,11 @@ class DenseRank1(BayesianLayer, _EnsembleDense):
                          gamma_initializer=gamma_initializer,
                          alpha_regularizer=alpha_regularizer,
                          gamma_regularizer=gamma_regularizer, **kwargs)
-        self.use_additive_perturbation = bool(use_additive_perturbation)
-        self._init_seed(seed)
-
-    def _factors(self, rows, dtype):
-        alpha_seed, gamma_seed = split_seed(self._next_seed(), 2)
-        return (sample_factor(self, "alpha", rows, alpha_seed, dtype)[:, :, None, :],
-                sample_factor(self, "gamma", rows, gamma_seed, dtype)[:, :, None, :])
-
-    def _perturb(self, t, factor):
-        return t + factor if self.use_additive_perturbation else t * factor
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            alpha_regularizer=regularizers.serialize(self.alpha_regularizer),
-            gamma_regularizer=regularizers.serialize(self.gamma_regularizer),
-            use_additive_perturbation=self.use_additive_perturbation,
-        )
-        return config
+        self._init_rank1(use_additive_perturbation, sampling, seed)
 
 
 @_register
-class DenseBatchEnsemble(_EnsembleDense):
+class DenseBatchEnsemble(BatchEnsemble, _EnsembleDense):
     """BatchEnsemble dense layer (Wen et al., 2020): deterministic rank-1 fast weights.
 
     Like `DenseRank1` with point-estimate factors: α ``[E, in]`` and γ ``[E, units]`` are
@@ -287,8 +403,9 @@ class DenseBatchEnsemble(_EnsembleDense):
     def __init__(self, units, activation=None, use_bias=True,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros",
                  kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *, ensemble_size=4,
-                 alpha_initializer="random_sign", gamma_initializer="random_sign", **kwargs):
+                 kernel_constraint=None, bias_constraint=None, *,
+                 ensemble_size=ENSEMBLE_SIZE, alpha_initializer=FAST_WEIGHTS,
+                 gamma_initializer=FAST_WEIGHTS, **kwargs):
         super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
                          kernel_regularizer, bias_regularizer, activity_regularizer,
                          kernel_constraint, bias_constraint, ensemble_size=ensemble_size,
@@ -297,8 +414,3 @@ class DenseBatchEnsemble(_EnsembleDense):
                          gamma_initializer=point_initializer("gamma_initializer",
                                                              gamma_initializer),
                          **kwargs)
-
-    def _factors(self, rows, dtype):
-        del rows  # The same fast weights for every row of a member.
-        return (tf.cast(self.alpha, dtype)[:, None, None, :],
-                tf.cast(self.gamma, dtype)[:, None, None, :])
