@@ -116,8 +116,9 @@ def test_critic_converges_to_the_closed_form_value_of_a_constant_reward():
         {k: v[:, 0] for k, v in world_model.rssm.observe(
             world_model.encoder(batch["obs"]), batch["action"], tf.constant([1, 2]))[0].items()},
         3, tf.constant([5, 5]))
-    values = value_model.value(states).numpy()
-    np.testing.assert_allclose(values, 0.6, atol=0.03)  # 5 % of the value
+    values = value_model.value(states).numpy()  # Imagined states, not the training starts.
+    assert abs(values.mean() - 0.6) < 0.012, values  # 2 % on average,
+    np.testing.assert_allclose(values, 0.6, atol=0.06)  # 10 % for every state
 
 
 def test_value_step_is_reproducible_and_trains_only_the_value_model():
