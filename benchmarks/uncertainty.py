@@ -12,21 +12,29 @@ bundled ``digits``, ``breast_cancer``, ``wine`` and ``diabetes`` and on the synt
 ``moons`` and ``friedman`` (#1) sets; ``cnn`` (conv) on the 8×8 digit images; ``lstm`` /
 ``gru`` on noisy sinusoids (classify the frequency; the sequence example's task);
 ``transformer`` on the noisy modular-sum seq2seq task of ``experiments/sequence.py``.
-Each model is the same architecture with only the layer classes swapped: the
-deterministic Keras twin, each estimator of ours **with default arguments**, and
-``tfp.layers`` (``DenseFlipout``/``Convolution2DFlipout``, their defaults with the KL
-divided by the training-set size, as tfp's examples do), all trained by the plain Keras
-workflow: ``set_dataset_size(model, N)`` (tokens for the transformer) then
-``compile`` + ``fit`` for ``steps`` Adam steps.
+Each model is the same architecture with only the layer classes swapped or the network
+wrapped (`benchmarks.uncertainty_models`): the deterministic Keras twin, each estimator
+of ours **with default arguments**, ``tfp.layers`` (``DenseFlipout``/
+``Convolution2DFlipout``, their defaults with the KL divided by the training-set size, as
+tfp's examples do), and the ensemble and distance-aware baselines: ``rank1`` and
+``batch_ensemble`` (``ensemble_size`` members of the registry's ``*_ensemble`` layers in
+`bl.EnsembleModel`), ``deep_ensemble`` (``ensemble_size`` seeded twins), ``mc_dropout``
+(the twin with dropout, ``mc_samples`` passes) and ``sngp`` (spectral normalization + a
+random-feature GP output; classification). All train by the plain Keras workflow:
+``set_dataset_size(model, N)`` (tokens for the transformer) then ``compile`` + ``fit``
+for ``steps`` Adam steps.
 
 Reported per task and model, mean ± std over seeds: accuracy, NLL, ECE
 (`bayes_planet.uncertainty_metrics`), mean predictive entropy and mutual information for
 classification; RMSE, NLL, coverage of the central ``interval`` predictive interval and
 the epistemic/aleatoric stds for regression (Gaussian head, softplus scale; predictive =
-the mixture over weight samples, in the target's units); and out-of-distribution AUROC
-(in-distribution test inputs vs OOD inputs) of the predictive entropy and the mutual
-information (regression: predictive std and epistemic std). OOD sets: digits rotated
-by 90°, noise-corrupted (σ 0.5) and uniform-noise images; tabular test inputs scaled by
+the uniform mixture over weight samples or ensemble members, in the target's units);
+out-of-distribution AUROC (in-distribution test inputs vs OOD inputs) of the predictive
+entropy and the mutual information (regression: predictive std and epistemic std); and
+the cost against the deterministic twin trained on the same task and seed in the same
+process (it always runs, first): ``train_time_ratio`` (training wall-clock) and
+``param_ratio`` (trainable parameters). OOD sets: digits rotated by 90°,
+noise-corrupted (σ 0.5) and uniform-noise images; tabular test inputs scaled by
 ``far_scale`` in standardized units; sinusoids of 3× the highest training frequency and
 pure noise. Writes ``config.yaml``, ``results.json``, ``summary.md`` (tables and the
 goal check against the deterministic twin and tfp.layers) and a reliability diagram per
@@ -34,38 +42,24 @@ classification task into ``--out``.
 """
 
 import argparse
-import copy
 import json
-import math
 import pathlib
 import time
 import warnings
 
 import numpy as np
 
-from bayes_planet import layer_registry, yaml_config
 from bayes_planet import uncertainty_metrics as metrics
+from bayes_planet import yaml_config
+from benchmarks import uncertainty_models
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 
-#: tfp.layers model -> its estimator's name in the tfp.layers class names.
-TFP_MODELS = {"tfp_flipout": "Flipout", "tfp_reparameterization": "Reparameterization"}
-#: family -> the models it can build: our layers' estimators (`layer_registry`) of the
-#: family's layer (variational dropout on the MLP only) and the tfp.layers twins.
-FAMILY_MODELS = {
-    "mlp": layer_registry.estimators("dense") + tuple(TFP_MODELS),
-    "cnn": layer_registry.estimators("conv2d", sampling_only=True) + tuple(TFP_MODELS),
-    "lstm": layer_registry.estimators("lstm_cell"),
-    "gru": layer_registry.estimators("gru_cell"),
-    "transformer": ("deterministic", "deterministic_dropout", "reparameterization",
-                    "flipout", "local_reparameterization"),
-}
 #: data set -> the families that take it.
 DATASETS = {"digits": ("mlp", "cnn"), "breast_cancer": ("mlp",), "wine": ("mlp",),
             "moons": ("mlp",), "diabetes": ("mlp",), "friedman": ("mlp",),
             "sinusoids": ("lstm", "gru"), "mod_sum": ("transformer",)}
 REGRESSION = ("diabetes", "friedman")
-BASELINES = ("deterministic", "deterministic_dropout")
 
 
 def parse_task(task):
@@ -161,136 +155,20 @@ def load_data(family, dataset, seed, cfg):
             "x_test": x[test].astype(np.int32), "y_test": y[test]}
 
 
-# ---------------------------------------------------------------- models
-class Layers:
-    """Layer constructors of one model: the same calls build every model's network."""
-
-    def __init__(self, model, seed, dataset_size, kernel_regularizer=None,
-                 kernel_initializer=None):
-        self.model, self.dataset_size = model, dataset_size
-        self.kernel_regularizer = kernel_regularizer
-        self.kernel_initializer = kernel_initializer
-        self._seeds = iter(range(seed * 1000, seed * 1000 + 1000))
-
-    def _ours(self, family):
-        return layer_registry.get(family, self.model)
-
-    def _prior(self, *names):
-        from bayes_planet.layers import initializers, regularizers
-
-        if self.model == "variational_dropout":
-            return {}
-        kwargs = {}
-        if self.kernel_regularizer is not None:
-            kwargs.update({name: regularizers.get(copy.deepcopy(self.kernel_regularizer))
-                           for name in names})
-        if self.kernel_initializer is not None:
-            kwargs.update({name.replace("regularizer", "initializer"):
-                           initializers.get(copy.deepcopy(self.kernel_initializer))
-                           for name in names})
-        return kwargs
-
-    def _tfp(self, name, *args, **kwargs):
-        import tensorflow_probability as tfp
-
-        n = float(self.dataset_size)
-        cls = getattr(tfp.layers, name + TFP_MODELS[self.model])
-        return cls(*args, kernel_divergence_fn=lambda q, p, _: tfp.distributions.kl_divergence(
-            q, p) / n, **kwargs)
-
-    def dense(self, units, activation=None):
-        from bayes_planet._keras import keras
-
-        if self.model in BASELINES:
-            return keras.layers.Dense(units, activation)
-        if self.model.startswith("tfp_"):
-            return self._tfp("Dense", units, activation=activation)
-        return self._ours("dense")(units, activation=activation, seed=next(self._seeds),
-                                   **self._prior("kernel_regularizer"))
-
-    def conv(self, filters, activation="relu"):
-        from bayes_planet._keras import keras
-
-        if self.model in BASELINES:
-            return keras.layers.Conv2D(filters, 3, padding="same", activation=activation)
-        if self.model.startswith("tfp_"):
-            return self._tfp("Convolution2D", filters, 3, padding="same", activation=activation)
-        return self._ours("conv2d")(filters, 3, padding="same", activation=activation,
-                                    seed=next(self._seeds), **self._prior("kernel_regularizer"))
-
-    def cell(self, kind, units):
-
-        family = f"{kind}_cell"
-        if self.model in BASELINES:
-            return layer_registry.get(family, "deterministic")(units)
-        return self._ours(family)(units, seed=next(self._seeds), **self._prior(
-            "kernel_regularizer", "recurrent_regularizer"))
-
-
-def build_model(family, model, data, fcfg, seed, kernel_regularizer=None,
-                kernel_initializer=None):
-    """The family's network with ``model``'s layers; outputs logits or (mean, raw scale)."""
-    from bayes_planet._keras import keras
-
-    regression = "y_scale" in data
-    outputs = 2 if regression else int(max(data["y_train"].max(), data["y_test"].max()) + 1)
-    n = data["y_train"].size  # examples (tokens for the transformer): the ELBO per target
-    layers = Layers(model, seed, n, kernel_regularizer, kernel_initializer)
-    shape = data["x_train"].shape[1:]
-    if family == "transformer":
-        from bayes_planet.layers import build_transformer
-
-        attention, feed_forward = {
-            "deterministic": ("deterministic",) * 2,
-            "deterministic_dropout": ("deterministic",) * 2,
-            "reparameterization": ("reparameterization",) * 2,
-            "flipout": ("flipout",) * 2,
-            "local_reparameterization": ("flipout", "local_reparameterization")}[model]
-        return build_transformer(
-            int(data["x_train"].max()) + 1, shape[0], outputs, d_model=fcfg["d_model"],
-            num_heads=fcfg["num_heads"], ff_dim=fcfg["ff_dim"], num_layers=fcfg["num_layers"],
-            attention=attention, feed_forward=feed_forward, seed=seed,
-            kernel_regularizer=None if model in BASELINES else kernel_regularizer,
-            dropout=fcfg["dropout"] if model == "deterministic_dropout" else 0.0)
-    stack = [keras.Input(shape)]
-    if family == "mlp":
-        stack += [layers.dense(units, "relu") for units in fcfg["hidden"]]
-    elif family == "cnn":
-        for filters in fcfg["filters"]:
-            stack += [layers.conv(filters), keras.layers.MaxPooling2D(2, padding="same")]
-        stack.append(keras.layers.Flatten())
-    else:
-        stack.append(keras.layers.RNN(layers.cell(family, fcfg["units"])))
-    stack.append(layers.dense(outputs))
-    return keras.Sequential(stack)
-
-
-def fit(model, data, fcfg, regression):
-    """The plain Keras workflow: compile + fit for about ``steps`` Adam steps."""
-    from bayes_planet._keras import keras
-
-    loss = metrics.gaussian_nll if regression else keras.losses.SparseCategoricalCrossentropy(
-        from_logits=True)
-    model.compile(optimizer=keras.optimizers.Adam(fcfg["learning_rate"]), loss=loss)
-    per_epoch = math.ceil(len(data["x_train"]) / fcfg["batch_size"])
-    start = time.perf_counter()
-    model.fit(data["x_train"], data["y_train"], batch_size=fcfg["batch_size"],
-              epochs=max(1, round(fcfg["steps"] / per_epoch)), shuffle=True, verbose=0)
-    return time.perf_counter() - start
-
-
-def predict(model, name, inputs, samples):
-    """``[S, N, ...]`` outputs of ``samples`` stochastic passes (1 for a deterministic net)."""
-    from bayes_planet._keras import tf
-
-    training = name == "variational_dropout"  # at inference it uses its pruned means
-    call = tf.function(lambda x: model(x, training=training))
-    n = 1 if name in BASELINES else samples
-    return np.stack([np.concatenate([call(inputs[i:i + 1000]).numpy()
-                                     for i in range(0, len(inputs), 1000)]) for _ in range(n)])
-
-
 # ---------------------------------------------------------------- one task
+def gaussian_head(outputs):
+    """``[S, N, 2]`` (mean, raw scale) outputs -> ``[S, N]`` means and scales, float64
+    (``scale = softplus(raw) + 1e-3``, the head `metrics.gaussian_nll` trains)."""
+    outputs = np.asarray(outputs, np.float64)
+    return outputs[..., 0], np.logaddexp(0.0, outputs[..., 1]) + 1e-3
+
+
+def mixture_moments(means, scales):
+    """Mean and std of the uniform mixture of ``N(means[s], scales[s]²)`` over axis 0:
+    the mean of the means; variance = mean of the variances + variance of the means."""
+    return means.mean(0), np.sqrt((scales ** 2).mean(0) + means.var(0))
+
+
 def evaluate(family, dataset, model_name, seed, config):
     """Trains one model on one task and seed; returns (metrics, arrays for the plots)."""
     from bayes_planet._keras import keras, tf
@@ -305,22 +183,19 @@ def evaluate(family, dataset, model_name, seed, config):
         # `add_variable`: TFP's own warning, expected, not this benchmark's.
         warnings.filterwarnings("ignore", message="`layer.add_variable` is deprecated",
                                 category=UserWarning)
-        model = build_model(family, model_name, data, fcfg, seed, config["kernel_regularizer"],
-                            config["kernel_initializer"])
-        if model_name not in BASELINES and not model_name.startswith("tfp_"):
+        model = uncertainty_models.build_model(family, model_name, data, fcfg, seed, config)
+        if model_name not in uncertainty_models.TFP_MODELS:
             set_dataset_size(model, data["y_train"].size)
-        seconds = fit(model, data, fcfg, regression)
-    outs = {name: predict(model, model_name, x, config["mc_samples"])
-            for name, x in {"test": data["x_test"], **data["ood"]}.items()}
+        seconds = uncertainty_models.fit(model, data, fcfg, regression)
+    outs = uncertainty_models.sample_outputs(
+        model, model_name, {"test": data["x_test"], **data["ood"]}, config["mc_samples"])
     if regression:
-        means = {k: v[..., 0].astype(np.float64) for k, v in outs.items()}
-        scales = {k: np.logaddexp(0.0, v[..., 1].astype(np.float64)) + 1e-3
-                  for k, v in outs.items()}
-        result = metrics.regression_metrics(means["test"], scales["test"], data["y_test"],
-                                            config["interval"], data["y_scale"])
-        total = {k: np.sqrt((scales[k] ** 2).mean(0) + means[k].var(0)) for k in outs}
-        epistemic = {k: means[k].std(0) for k in outs}
-        scores = {"total": total, "epistemic": epistemic}
+        heads = {k: gaussian_head(v) for k, v in outs.items()}
+        means, scales = heads["test"]
+        result = metrics.regression_metrics(means, scales, data["y_test"], config["interval"],
+                                            data["y_scale"])
+        scores = {"total": {k: mixture_moments(*h)[1] for k, h in heads.items()},
+                  "epistemic": {k: h[0].std(0) for k, h in heads.items()}}
         arrays = None
     else:
         probs = {k: tf.nn.softmax(v).numpy().astype(np.float64) for k, v in outs.items()}
@@ -339,7 +214,14 @@ def evaluate(family, dataset, model_name, seed, config):
             result[f"auroc_{kind}"] = float(np.mean(
                 [result[f"auroc_{kind}_{name}"] for name in data["ood"]]))
     result["train_seconds"] = seconds
+    result["trainable_params"] = uncertainty_models.trainable_params(model)
     return result, arrays
+
+
+def task_models(family, dataset, names):
+    """The twin first (every ratio's reference), then the ``names`` the task can build."""
+    buildable = uncertainty_models.family_models(family, regression=dataset in REGRESSION)
+    return [uncertainty_models.TWIN] + [n for n in names if n != uncertainty_models.TWIN and n in buildable]
 
 
 def run(config, out):
@@ -348,21 +230,26 @@ def run(config, out):
     out.mkdir(parents=True, exist_ok=True)
     results = {"config": config, "tasks": {}}
     start = time.perf_counter()
+    uncertainty_models.warm_up()
     for task in config["tasks"]:
         family, dataset = parse_task(task)
-        models, pooled = {}, {}
-        for name in config["models"]:
-            if name not in FAMILY_MODELS[family]:
-                continue
+        models, pooled, twin = {}, {}, {}
+        for name in task_models(family, dataset, config["models"]):
             per_seed, arrays = [], []
             for seed in config["seeds"]:
                 metrics_, extra = evaluate(family, dataset, name, int(seed), config)
+                reference = twin.setdefault(seed, metrics_)
+                metrics_["train_time_ratio"] = (metrics_["train_seconds"]
+                                                / reference["train_seconds"])
+                metrics_["param_ratio"] = (metrics_["trainable_params"]
+                                           / reference["trainable_params"])
                 per_seed.append(metrics_)
                 arrays.append(extra)
                 head = ("rmse", "nll", f"coverage_{round(100 * config['interval'])}") if (
                     dataset in REGRESSION) else ("accuracy", "nll", "ece")
                 print(f"{task:<20} {name:<24} seed {seed}: " + ", ".join(
-                    f"{k} {metrics_[k]:.4f}" for k in head + ("train_seconds",)), flush=True)
+                    f"{k} {metrics_[k]:.4f}" for k in head + (
+                        "train_seconds", "train_time_ratio", "param_ratio")), flush=True)
             mean, std = metrics.summarize_seeds(per_seed)
             models[name] = {"mean": mean, "std": std, "per_seed": per_seed}
             if arrays[0] is not None:
@@ -398,7 +285,7 @@ def check_goals(results):
         tfp_ = models.get("tfp_flipout", {}).get("mean")
         regression = "rmse" in det
         for name, r in models.items():
-            if name in BASELINES or name.startswith("tfp_"):
+            if name in uncertainty_models.BASELINES or name in uncertainty_models.TFP_MODELS:
                 continue
             m = r["mean"]
             checks = {"nll": m["nll"] <= det["nll"]}
@@ -434,7 +321,8 @@ def summary_markdown(results):
         first = next(iter(entry["models"].values()))["mean"]
         kind = "regression" if "rmse" in first else "classification"
         columns = {k: v for k, v in _COLUMNS[kind].items() if k in first}
-        columns["train_seconds"] = "train s"
+        columns.update(train_seconds="train s", train_time_ratio="time ÷ twin",
+                       param_ratio="params ÷ twin")
         lines += [f"**{task}**", "", "| model | " + " | ".join(columns.values()) + " |",
                   "|---|" + "---:|" * len(columns)]
         for name, r in entry["models"].items():
@@ -487,7 +375,7 @@ def load_config(presets=(), overrides=()):
     config = yaml_config.load_dict(CONFIG_PATH, presets, overrides)
     for task in config["tasks"]:
         parse_task(task)
-    known = sorted({m for models in FAMILY_MODELS.values() for m in models})
+    known = uncertainty_models.known_models()
     unknown = sorted(set(config["models"]) - set(known))
     if unknown:
         raise yaml_config.ConfigError(f"unknown models {unknown}; known models: {known}")

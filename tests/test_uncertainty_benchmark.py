@@ -1,11 +1,21 @@
-"""benchmarks/uncertainty.py: the quick preset end to end, config validation, goal checks."""
+"""benchmarks/uncertainty.py: the quick preset end to end, config validation, goal checks,
+the ensembles' predictive."""
 
+import itertools
 import json
+import math
 
+import numpy as np
 import pytest
+import tensorflow_probability as tfp
 
+import bayes_planet.layers as bl
+from bayes_planet import layer_registry, uncertainty_metrics
+from bayes_planet._keras import keras
 from bayes_planet.yaml_config import ConfigError
-from benchmarks import uncertainty
+from benchmarks import uncertainty, uncertainty_models
+
+NEW_MODELS = ("rank1", "batch_ensemble", "deep_ensemble", "mc_dropout", "sngp")
 
 
 def test_quick_preset_runs_every_family(tmp_path):
@@ -57,3 +67,120 @@ def test_config_refuses_unknown_tasks_models_and_empty_seeds():
         uncertainty.load_config([], ["models=[dropout_everywhere]"])
     with pytest.raises(ConfigError, match="seeds"):
         uncertainty.load_config(["quick"], ["seeds=[]"])
+
+
+def test_quick_preset_rows_of_the_ensembles_mc_dropout_and_sngp(tmp_path):
+    results = uncertainty.main(["--quick", "--out", str(tmp_path),
+                                "--set", "tasks=[mlp/digits,mlp/diabetes]",
+                                "--set", f"models=[{','.join(NEW_MODELS)}]"])
+    config = results["config"]
+    size, hidden = config["ensemble_size"], config["families"]["mlp"]["hidden"]
+    digits = results["tasks"]["mlp/digits"]["models"]
+    diabetes = results["tasks"]["mlp/diabetes"]["models"]
+    # The twin runs first, unasked: the ratios' reference. SNGP is classification only.
+    assert list(digits) == ["deterministic", *NEW_MODELS]
+    assert list(diabetes) == ["deterministic", *NEW_MODELS[:-1]]
+    for task, models in (("digits", digits), ("diabetes", diabetes)):
+        for name, entry in models.items():
+            m = entry["mean"]
+            assert all(math.isfinite(v) for v in m.values()), (task, name, m)
+            assert m["train_time_ratio"] > 0 and m["param_ratio"] > 0
+        assert models["deterministic"]["mean"]["train_time_ratio"] == 1.0
+        assert models["deterministic"]["mean"]["param_ratio"] == 1.0
+        # Parameter counts in closed form: 4 twins; the twin's weights; BatchEnsemble's
+        # shared kernels plus E input factors, E output factors and E biases per layer.
+        assert models["deep_ensemble"]["mean"]["param_ratio"] == size
+        assert models["mc_dropout"]["mean"]["param_ratio"] == 1.0
+        widths = [64 if task == "digits" else 10, *hidden, 10 if task == "digits" else 2]
+        twin = sum(i * o + o for i, o in itertools.pairwise(widths))
+        batch_ensemble = sum(i * o + size * (i + 2 * o) for i, o in itertools.pairwise(widths))
+        assert models["batch_ensemble"]["mean"]["param_ratio"] == pytest.approx(
+            batch_ensemble / twin, rel=1e-12)
+    for name in ("rank1", "batch_ensemble", "deep_ensemble", "mc_dropout"):
+        # Members (MC draws) disagree: epistemic uncertainty, unlike one deterministic pass.
+        assert digits[name]["mean"]["mutual_info"] > 0
+        assert diabetes[name]["mean"]["epistemic_std"] > 0
+    assert digits["sngp"]["mean"]["mutual_info"] == 0.0  # one (mean-field) pass
+    summary = (tmp_path / "summary.md").read_text()
+    assert "time ÷ twin" in summary and "params ÷ twin" in summary
+
+
+def _regression_data(num=32, dim=3, seed=0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((num, dim)).astype(np.float32)
+    y = rng.standard_normal(num).astype(np.float32)
+    return {"x_train": x, "y_train": y, "x_test": x, "y_test": y, "y_scale": 1.0}
+
+
+@pytest.mark.parametrize("name", ["deep_ensemble", "batch_ensemble"])
+def test_ensemble_regression_predictive_is_the_members_gaussian_mixture(name):
+    """The benchmark's regression predictive of an ensemble = the uniform mixture of its
+    members' Gaussians: moments vs tfd.Mixture, NLL vs its log_prob, mean vs bl's average."""
+    config = uncertainty.load_config(["quick"])
+    data = _regression_data()
+    keras.utils.set_random_seed(0)
+    model = uncertainty_models.build_model("mlp", name, data, config["families"]["mlp"], 0,
+                                           config)
+    outs = uncertainty_models.sample_outputs(model, name, {"test": data["x_test"]},
+                                             config["mc_samples"])["test"]
+    assert outs.shape == (config["ensemble_size"], len(data["x_test"]), 2)
+    if isinstance(model, bl.DeepEnsemble):  # Member i's own output.
+        for member, out in zip(model.members, outs, strict=True):
+            np.testing.assert_allclose(out, member(data["x_test"]).numpy(), rtol=1e-6)
+    means, scales = uncertainty.gaussian_head(outs)
+    mean, std = uncertainty.mixture_moments(means, scales)
+    tfd = tfp.distributions
+    mixture = tfd.Mixture(
+        tfd.Categorical(logits=np.zeros((len(mean), len(means)))),
+        [tfd.Normal(m, s) for m, s in zip(means, scales, strict=True)])
+    # float64 throughout: agreement to rounding.
+    np.testing.assert_allclose(mean, mixture.mean().numpy(), rtol=1e-10)
+    np.testing.assert_allclose(std, mixture.stddev().numpy(), rtol=1e-10)
+    nll = -np.mean(mixture.log_prob(data["y_test"].astype(np.float64)).numpy())
+    result = uncertainty_metrics.regression_metrics(means, scales, data["y_test"])
+    assert result["nll"] == pytest.approx(nll, rel=1e-10)
+    # bl's averaged output ('mean') averages the members' means: the mixture's mean.
+    np.testing.assert_allclose(model(data["x_test"]).numpy()[:, 0], mean, rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_ensemble_classification_predictive_is_ensemble_models_average():
+    """The members' mean probabilities are bl.EnsembleModel's own predictive (softmax of
+    its log-mean-exp logits)."""
+    config = uncertainty.load_config(["quick"])
+    data = _regression_data()
+    data.pop("y_scale")
+    data["y_train"] = data["y_test"] = np.arange(len(data["x_train"])) % 3
+    keras.utils.set_random_seed(0)
+    model = uncertainty_models.build_model("mlp", "batch_ensemble", data,
+                                           config["families"]["mlp"], 0, config)
+    assert isinstance(model, bl.EnsembleModel)
+    outs = uncertainty_models.sample_outputs(model, "batch_ensemble", {"x": data["x_test"]},
+                                             config["mc_samples"])["x"]
+    probs = keras.activations.softmax(keras.backend.constant(outs)).numpy().mean(0)
+    expected = keras.activations.softmax(model(data["x_test"])).numpy()
+    np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-7)
+    assert np.abs(outs[0] - outs[1]).max() > 1e-3  # the members differ
+
+
+class _EnsembleCell(keras.layers.LSTMCell):
+    """A stand-in ensemble cell: the LSTM cell with an ``ensemble_size`` argument."""
+
+    def __init__(self, units, *, ensemble_size, **kwargs):
+        super().__init__(units, **kwargs)
+        self.ensemble_size = ensemble_size
+
+
+def test_ensemble_rows_follow_the_registry():
+    """A network gets an ensemble row once all its families' ``*_ensemble`` layers are
+    registered (here a stand-in batch_ensemble LSTM cell), built from the registry."""
+    config = uncertainty.load_config(["quick"])
+    assert "batch_ensemble" not in uncertainty_models.family_models("lstm")
+    layer_registry.register("lstm_cell_ensemble", "batch_ensemble", _EnsembleCell)
+    try:
+        assert "batch_ensemble" in uncertainty_models.family_models("lstm")
+        cell = uncertainty_models.Layers("batch_ensemble", 0, 10, config).cell("lstm", 3)
+        assert isinstance(cell, _EnsembleCell) and cell.ensemble_size == config["ensemble_size"]
+    finally:
+        layer_registry.unregister("lstm_cell_ensemble", "batch_ensemble")
+    assert "batch_ensemble" not in uncertainty_models.family_models("lstm")
