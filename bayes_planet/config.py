@@ -69,6 +69,8 @@ def upgrade(data):
       section without the key gets ``weight_prior: normal`` (not today's default).
     * before the ``value`` section existed, the agent was PlaNet: a config without it gets
       the default section (``value.enabled: false``).
+    * before ``model.normalize_obs`` existed, observations were not normalized: a model
+      section without the key gets ``normalize_obs: false``.
 
     Any other missing key is damage, refused by `read`.
     """
@@ -76,6 +78,8 @@ def upgrade(data):
     model = data.get("model")
     if isinstance(model, dict) and "weight_prior_stddev" in model and "weight_prior" not in model:
         model["weight_prior"] = "normal"
+    if isinstance(model, dict) and "normalize_obs" not in model:
+        model["normalize_obs"] = False
     if isinstance(model, dict) and "value" not in data:  # An agent config of any layout.
         data["value"] = yaml_config.load_dict(_PATH)["value"]
     planner = data.get("planner")

@@ -69,6 +69,10 @@ class Trainer:
         """
         a = self.agent
         c, seed = a.config.train, a.config.seed
+        if num_updates and a.model.needs_observation_stats():
+            # `model.normalize_obs`: fixed from the seed episodes, before the first update.
+            seed_episodes = a.replay.episodes()[:c.seed_episodes]
+            a.model.set_observation_stats(np.concatenate([e["obs"] for e in seed_episodes]))
         metrics, skipped = [], 0
         for _ in range(num_updates):
             u = int(a.updates.numpy())

@@ -16,9 +16,14 @@ are applied to the KL averaged over batch and time (as in Dreamer): below
 
 Observation and reward heads are `bayes_planet.layers.Normal` output layers with
 unit scale, so ``head(x).log_prob(target)`` is the likelihood. Pixels are reduced
-to ``pixel_bits`` bits with uniform dequantization noise and centred (PlaNet).
+to ``pixel_bits`` bits with uniform dequantization noise and centred (PlaNet). State
+observations are used as they are, or with ``model.normalize_obs`` standardized per
+dimension by statistics fixed once from the seed episodes (`set_observation_stats`; the
+encoder reads and the decoder reconstructs the standardized vector, so every dimension
+weighs alike in the reconstruction loss).
 """
 
+import numpy as np
 import tensorflow as tf
 
 from bayes_planet import distribute
@@ -75,6 +80,12 @@ class WorldModel(tf.Module):
             self.obs_head = Normal(scale=1.0, event_ndims=len(obs_shape))
             self.reward_head = Normal(scale=1.0, event_ndims=1)
             self.rssm = RSSM(m, seed=config.seed)
+            self.obs_stats = None
+            if m.normalize_obs and not self.pixels:  # Checkpointed; set once from the replay.
+                self.obs_stats = {
+                    "mean": tf.Variable(tf.zeros(obs_shape), trainable=False, name="obs_mean"),
+                    "std": tf.Variable(tf.ones(obs_shape), trainable=False, name="obs_std"),
+                    "set": tf.Variable(False, trainable=False, name="obs_stats_set")}
             self.optimizer = keras.optimizers.Adam(self.train_config.learning_rate,
                                                    epsilon=self.train_config.adam_epsilon)
         with self.strategy.scope():
@@ -91,10 +102,31 @@ class WorldModel(tf.Module):
         self.optimizer.build(self.trainable_variables)
 
     def observation(self, obs, seed=None):
-        """Network input from raw observations (5-bit pixels or float states)."""
+        """Network input from raw observations (5-bit pixels or float states, standardized
+        with ``model.normalize_obs``)."""
         if self.pixels:
             return preprocess_image(obs, self.train_config.pixel_bits, seed)
-        return tf.cast(obs, tf.float32)
+        obs = tf.cast(obs, tf.float32)
+        if self.obs_stats is not None:
+            obs = (obs - self.obs_stats["mean"]) / self.obs_stats["std"]
+        return obs
+
+    def needs_observation_stats(self):
+        """True while ``model.normalize_obs``'s statistics are not yet set."""
+        return self.obs_stats is not None and not bool(self.obs_stats["set"].numpy())
+
+    def set_observation_stats(self, observations, min_std=0.01):
+        """Fixes the standardization of ``model.normalize_obs`` from ``observations``
+        ``[N, D]`` (the seed episodes): their per-dimension mean and std (at least
+        ``min_std``). Once set (a checkpointed flag) later calls change nothing; returns
+        whether this call set them. A no-op without ``normalize_obs``."""
+        if not self.needs_observation_stats():
+            return False
+        observations = np.asarray(observations, np.float64).reshape((-1,) + self.obs_shape)
+        self.obs_stats["mean"].assign(observations.mean(0).astype(np.float32))
+        self.obs_stats["std"].assign(np.maximum(observations.std(0), min_std).astype(np.float32))
+        self.obs_stats["set"].assign(True)
+        return True
 
     def weight_kl(self):
         """Sum of the Bayesian transition layers' KL terms (0 for PlaNet)."""

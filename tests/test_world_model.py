@@ -334,3 +334,50 @@ def test_unknown_weight_prior_is_a_one_line_error():
         _rssm(deter=8, stoch=3, hidden=8, weight_prior="laplace")
     with pytest.raises(ValueError, match="model.weight_prior"):
         config_lib.validate(config_lib.load(overrides=["model.weight_prior=laplace"]))
+
+
+# -- model.normalize_obs ------------------------------------------------------------------------
+def test_normalized_observations_use_the_seed_statistics_once():
+    import numpy as np
+    import tensorflow as tf
+
+    from bayes_planet import config as config_lib
+    from bayes_planet.world_model import WorldModel
+
+    config = config_lib.load(["debug"], ["model.normalize_obs=true"])
+    model = WorldModel(config, (3,), 1)
+    rng = np.random.default_rng(0)
+    seed_obs = rng.normal([1.0, -2.0, 5.0], [0.5, 3.0, 0.0], size=(400, 3))  # dim 2 constant
+    assert model.needs_observation_stats()
+    assert model.set_observation_stats(seed_obs)
+    assert not model.needs_observation_stats()
+    x = rng.normal(size=(2, 4, 3)).astype(np.float32)
+    expected = (x - seed_obs.mean(0)) / np.maximum(seed_obs.std(0), 0.01)
+    np.testing.assert_allclose(model.observation(tf.constant(x)).numpy(), expected, rtol=1e-5)
+    assert not model.set_observation_stats(seed_obs * 10)  # Fixed once set.
+    np.testing.assert_allclose(model.observation(tf.constant(x)).numpy(), expected, rtol=1e-5)
+    plain = WorldModel(config_lib.load(["debug"]), (3,), 1)
+    assert plain.obs_stats is None and not plain.needs_observation_stats()
+    np.testing.assert_array_equal(plain.observation(tf.constant(x)).numpy(), x)
+
+
+def test_a_run_fixes_the_statistics_from_its_seed_episodes(tmp_path):
+    import numpy as np
+
+    from bayes_planet import config as config_lib
+    from bayes_planet.training import Trainer
+
+    config = config_lib.load(["debug"], ["model.normalize_obs=true", "eval.video=false"])
+    trainer = Trainer(config, tmp_path / "run")
+    trainer.loop(progress=False)
+    agent = trainer.agent
+    seed_obs = np.concatenate([e["obs"] for e in agent.replay.episodes()[:2]])
+    np.testing.assert_allclose(agent.model.obs_stats["mean"].numpy(), seed_obs.mean(0),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(agent.model.obs_stats["std"].numpy(),
+                               np.maximum(seed_obs.std(0), 0.01), rtol=1e-5)
+    again = Trainer(config, tmp_path / "run")  # Restored from the checkpoint, not recomputed.
+    assert not again.agent.model.needs_observation_stats()
+    np.testing.assert_array_equal(again.agent.model.obs_stats["mean"].numpy(),
+                                  agent.model.obs_stats["mean"].numpy())
+    again.agent.close()
