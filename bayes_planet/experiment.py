@@ -3,17 +3,30 @@
 ``python experiments/<kind>.py --preset <name> [more presets] --set key=value --out DIR``:
 merges the script's YAML (`bayes_planet.config`), writes the merged ``config.yaml`` to
 ``DIR``, seeds TensorFlow, runs ``examples[config['example']]`` and writes
-``results.json``.
+``results.json``. `load_script` imports a script of ``experiments/`` or ``benchmarks/`` (not
+packages) by its path.
 """
 
 import argparse
+import importlib.util
 import json
 import pathlib
 import time
 
 from bayes_planet import yaml_config
 
-__all__ = ["example_main"]
+__all__ = ["example_main", "load_script"]
+
+
+def load_script(path, name=None):
+    """The Python file ``path`` as a new module named ``name`` (default: its stem), without
+    touching ``sys.path`` or ``sys.modules``: how a script imports its sibling helper file
+    and how the tests import the scripts."""
+    path = pathlib.Path(path)
+    spec = importlib.util.spec_from_file_location(name or path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def example_main(argv, doc, config_path, examples, default_preset, hide=()):

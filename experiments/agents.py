@@ -1,17 +1,21 @@
 """Grids of agent training runs: Bayesian vs deterministic world models, and exploration.
 
-One script for experiments 1 and 3 (and 2, with ``--probe``); the grid comes from presets
-in ``agents.yaml``::
+One script for experiments 1 and 3 (and 2, with ``--probe``) and the table across tasks;
+the grid comes from presets in ``agents.yaml``::
 
     python experiments/agents.py --preset comparison                 # exp. 1, cartpole-swingup
     python experiments/agents.py --preset comparison,cheetah         # exp. 1, cheetah-run
     python experiments/agents.py --preset exploration                # exp. 3, sparse reward
     python experiments/agents.py --preset comparison --probe         # + exp. 2 latent probes
     python experiments/agents.py --preset comparison --aggregate-only
+    python experiments/agents.py --preset tasks                      # 6 tasks, tasks_table.md
     python experiments/agents.py --preset debug --out /tmp/agents    # seconds per run
 
-**Runs.** One ``bayes-planet train`` subprocess per (estimator, β, seed), in
-``<out>/runs/<variant>/seed<seed>/`` with its output in ``train.log`` and the launcher's
+**Runs.** One ``bayes-planet train`` subprocess per (task, estimator, β, weight prior, seed)
+of ``tasks`` × ``estimators`` × ``betas`` × ``weight_priors`` × the task's seeds (``seeds``,
+or its entry of ``seeds_per_task``), in ``<out>/runs/<variant>/seed<seed>/`` for one task and
+``<out>/runs/<task>/<variant>/seed<seed>/`` for several (the variant is then named
+``<task>/<variant>`` everywhere), with its output in ``train.log`` and the launcher's
 wall-clock in ``launches.jsonl``. Sequential by default (``--parallel N`` runs N at once;
 the runs then share the cores, which inflates their wall-clock). Rerunning the command skips
 finished runs (as many episodes on disk as ``train.episodes``) and resumes unfinished ones
@@ -22,19 +26,25 @@ first launch.
 
 * ``learning_curves.png``: evaluation return (no exploration noise) and collection return vs
   environment steps, mean ± std over seeds (curves interpolated onto the union of steps;
-  a point averages the seeds that reached it).
+  a point averages the seeds that reached it); a row per task.
 * ``weight_kl.png``: the Bayesian transition's KL(q(W) || p(W)) during training (Fig. 10).
+* ``tasks_table.md`` (also at the end of ``summary.md``): a row per task, the evaluation
+  return of each variant at the env steps of ``table_steps`` (the last evaluation at or
+  before the step, no interpolation), then published returns of TD-MPC, TD-MPC2, DreamerV3
+  and SAC from ``anchors.yaml`` (see ``agents_report.py``).
 * ``coverage.png``: state coverage of the collected episodes (random seed episodes
   included): the fraction of cells of a ``bins × bins`` grid over two columns of the true
   physics state that the replay has visited, cumulatively over environment steps. For
   cartpole the grids are (pole angle wrapped to [-π, π), pole angular velocity) and
   (cart position, cart velocity); values outside the ranges count in the border cells; not
   every cell is physically reachable, so compare fractions between variants, not with 1.
+  The grids are one task's: a grid of several tasks needs ``coverage.enabled=false``.
 * wall-clock per run: the training loop's seconds (``metrics.jsonl``, summed over
   resumed segments) and the launcher's (process start-up included).
 * with ``--probe`` (or ``probe.enabled``): ``bayes-planet probe`` on every finished run,
-  all runs on the same held-out test episodes (``<out>/probe_test_episodes``, collected by
-  the first probed run's evaluation policy), R² per variant in ``probe.png``. Each mode of
+  all runs of a task on the same held-out test episodes (``<out>/probe_test_episodes``,
+  ``/<task>`` for several tasks, collected by the first probed run's evaluation policy), R²
+  per variant in ``probe.png``. Each mode of
   ``probe.weights`` (``per_episode``, ``shared``, ``mean``: ``bayes-planet probe --weights``)
   probes the Bayesian runs into ``<run>.probe`` (per_episode) or ``<run>.probe_<mode>``
   beside the run (a probe never writes into a run);
@@ -45,11 +55,14 @@ run's curves and numbers, so archiving it (``experiments/figures/<grid>_results.
 naming it in ``merge`` (``--set 'merge=[experiments/figures/exploration_results.json]'``)
 fills the cells of the grid that have no episodes in ``--out`` with the archived finished
 runs: they are not trained again and are aggregated with the local ones (status
-``merged from <file>``). The archived grid must have the same task, base presets and
-overrides; a (variant, seed) archived twice is refused. A merged run's probe R² was measured
+``merged from <file>``). A cell is (task, estimator, β, weight prior, seed), so a one-task
+archive (written before ``tasks``, with its ``task``) fills its task's cells of a grid of
+several. The archived grid must have the same base presets, overrides and weight priors
+and share a task; a cell archived twice is refused. A merged run's probe R² was measured
 on its own grid's held-out episodes, not on this grid's.
 
-Writes ``config.yaml``, ``results.json``, ``summary.md`` and the PNGs into ``--out``.
+Writes ``config.yaml``, ``results.json``, ``summary.md``, ``tasks_table.md`` and the PNGs
+into ``--out``.
 """
 
 import argparse
@@ -66,27 +79,48 @@ import time
 import numpy as np
 
 from bayes_planet import yaml_config as _config  # noqa: E402
+from bayes_planet.experiment import load_script
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
+report = load_script(pathlib.Path(__file__).with_name("agents_report.py"), "agents_report")
 _EPISODE_FILE = re.compile(r"^\d{6,}-\d+\.npz$")
 
 
 # ---------------------------------------------------------------- the grid
+def task_seeds(config):
+    """``{task: [seeds]}``: each task of ``tasks`` with ``seeds``, or its own seeds from
+    ``seeds_per_task``."""
+    tasks, per_task = list(config["tasks"]), config["seeds_per_task"] or {}
+    if not tasks or len(set(tasks)) < len(tasks):
+        raise _config.ConfigError(f"tasks: expected distinct task names, received {tasks}")
+    if not isinstance(per_task, dict) or set(per_task) - set(tasks):
+        raise _config.ConfigError("seeds_per_task: expected a mapping of tasks of the grid "
+                                  f"({tasks}) to seeds, received {per_task!r}")
+    seeds = {task: list(per_task.get(task, config["seeds"])) for task in tasks}
+    for task, values in seeds.items():
+        if not values or not all(isinstance(x, int) for x in values):
+            raise _config.ConfigError(f"expected a list of integer seeds for {task}, received "
+                                      f"{values!r}")
+    return seeds
+
+
 def variants(config):
-    """``[{name, estimator, beta, weight_prior}]``: the product of estimators, betas and
-    weight priors (``model.weight_prior``)."""
+    """``[{name, label, task, estimator, beta, weight_prior}]``: the product of tasks,
+    estimators, betas and weight priors (``model.weight_prior``). ``label`` names the variant
+    within a task; ``name`` is the label, ``<task>/<label>`` in a grid of several tasks."""
     estimators, betas = list(config["estimators"]), [float(b) for b in config["betas"]]
-    priors = list(config["weight_priors"])
-    if not estimators or not betas or not priors or not config["seeds"]:
-        raise _config.ConfigError("expected at least one estimator, beta, weight prior and seed; "
-                                  f"received {estimators}, {betas}, {priors}, {config['seeds']}")
+    priors, tasks = list(config["weight_priors"]), list(task_seeds(config))
+    if not estimators or not betas or not priors:
+        raise _config.ConfigError("expected at least one estimator, beta and weight prior; "
+                                  f"received {estimators}, {betas}, {priors}")
     out = []
-    for estimator, beta, prior in itertools.product(estimators, betas, priors):
+    for task, estimator, beta, prior in itertools.product(tasks, estimators, betas, priors):
         parts = [estimator] if len(estimators) > 1 or len(betas) == 1 else []
         parts += [f"beta{beta:g}"] if len(betas) > 1 else []
         parts += [prior] if len(priors) > 1 else []
-        out.append({"name": "_".join(parts), "estimator": estimator, "beta": beta,
-                    "weight_prior": prior})
+        label = "_".join(parts)
+        out.append({"name": f"{task}/{label}" if len(tasks) > 1 else label, "label": label,
+                    "task": task, "estimator": estimator, "beta": beta, "weight_prior": prior})
     return out
 
 
@@ -94,17 +128,29 @@ def grid(config, out):
     """Every run of the grid with its ``--set`` list and validated training config."""
     from bayes_planet import config as config_lib
 
-    runs = []  # Seed-major: a partly run grid has every variant at its first seeds.
-    for seed, variant in itertools.product(config["seeds"], variants(config)):
-        sets = [f"task={config['task']}", f"seed={int(seed)}",
+    seeds = task_seeds(config)
+    # Seed-major: a partly run grid has every variant at its first seeds.
+    cells = sorted(((i, seed, v) for v in variants(config)
+                    for i, seed in enumerate(seeds[v["task"]])), key=lambda c: c[0])
+    runs = []
+    for _, seed, variant in cells:
+        sets = [f"task={variant['task']}", f"seed={seed}",
                 f"model.estimator={variant['estimator']}",
                 f"planner.beta={variant['beta']}",
                 f"model.weight_prior={variant['weight_prior']}", *config["overrides"]]
         train_config = config_lib.validate(config_lib.load(config["base_presets"], sets))
-        runs.append({"variant": variant["name"], "seed": int(seed), "sets": sets,
+        runs.append({"variant": variant["name"], "task": variant["task"],
+                     "estimator": variant["estimator"], "seed": seed, "sets": sets,
+                     "cell": cell(variant, seed),
                      "logdir": pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}",
                      "episodes": train_config.train.episodes})
     return runs
+
+
+def cell(variant, seed):
+    """What identifies a run across grids (and archives): task, model, planner and seed."""
+    return (variant["task"], variant["estimator"], float(variant["beta"]),
+            variant["weight_prior"], int(seed))
 
 
 def train_command(run, base_presets):
@@ -192,11 +238,13 @@ def probe_dir(logdir, weights):
 
 def probe(runs, config, out, say=print):
     """``bayes-planet probe`` on every finished run without a probe.json (sequentially),
-    once per mode of ``probe.weights`` (modes other than per_episode: Bayesian runs only)."""
-    shared = pathlib.Path(out) / "probe_test_episodes"
+    once per mode of ``probe.weights`` (modes other than per_episode: Bayesian runs only).
+    The held-out episodes: ``<out>/probe_test_episodes``, ``/<task>`` in a grid of tasks."""
+    several = len(config["tasks"]) > 1
     for run, weights in itertools.product(runs, config["probe"]["weights"]):
+        shared = pathlib.Path(out) / "probe_test_episodes" / (run["task"] if several else "")
         target = probe_dir(run["logdir"], weights)
-        deterministic = run["variant"].startswith("deterministic")
+        deterministic = run["estimator"] == "deterministic"
         if ((target / "probe.json").exists() or (deterministic and weights != "per_episode")
                 or episodes_on_disk(run["logdir"]) < run["episodes"]):
             continue
@@ -212,37 +260,46 @@ def probe(runs, config, out, say=print):
 
 
 def archived_runs(config):
-    """``{(variant, seed): run}``: the finished runs of the ``merge`` results files."""
+    """``{cell: run}`` (see `cell`): the finished runs of the ``merge`` results files."""
     archived = {}
     for path in map(pathlib.Path, config["merge"]):
         if not path.is_file():
             raise _config.ConfigError(f"merge: expected a results.json file, received '{path}'")
         earlier = json.loads(path.read_text())
-        # Grids archived before `weight_priors` existed all ran with N(0, 1) weight priors.
+        # Grids archived before `weight_priors` existed all ran with N(0, 1) weight priors;
+        # before `tasks`, a grid had one `task`.
         earlier_config = {"weight_priors": ["normal"], **earlier["config"]}
-        for key in ("task", "base_presets", "overrides", "weight_priors"):
+        if "tasks" not in earlier_config:
+            earlier_config["tasks"] = [earlier_config["task"]]
+        for key in ("base_presets", "overrides", "weight_priors"):
             if earlier_config[key] != config[key]:
                 raise _config.ConfigError(
                     f"merge: {path} was run with {key}={earlier_config[key]!r}, this grid "
                     f"has {key}={config[key]!r}")
+        if not set(earlier_config["tasks"]) & set(config["tasks"]):
+            raise _config.ConfigError(f"merge: {path} was run with tasks="
+                                      f"{earlier_config['tasks']!r}, this grid has tasks="
+                                      f"{config['tasks']!r}")
         for name, variant in earlier["variants"].items():
+            variant = {"task": earlier_config["tasks"][0],
+                       "weight_prior": earlier_config["weight_priors"][0], **variant}
             for seed, run in variant["runs"].items():
                 if not run["finished"]:
                     continue
                 if "curves" not in run:
                     raise _config.ConfigError(f"merge: {path} has no per-run curves (written "
                                               "before results.json kept them)")
-                if (name, int(seed)) in archived:
+                key = cell(variant, seed)
+                if key in archived:
                     raise _config.ConfigError(f"merge: {name} seed {seed} is archived twice "
-                                              f"({archived[name, int(seed)]['status']}, {path})")
-                archived[name, int(seed)] = {**run, "status": f"merged from {path}"}
+                                              f"({archived[key]['status']}, {path})")
+                archived[key] = {**run, "status": f"merged from {path}"}
     return archived
 
 
 def _local(runs, archived):
     """The runs to train or probe here: those not filled by an archived run."""
-    return [r for r in runs
-            if (r["variant"], r["seed"]) not in archived or episodes_on_disk(r["logdir"])]
+    return [r for r in runs if r["cell"] not in archived or episodes_on_disk(r["logdir"])]
 
 
 # ---------------------------------------------------------------- reading runs
@@ -386,7 +443,7 @@ def aggregate(config, out, runs, status=None, archived=None):
         for r in per_run.values():
             r["status"] = (status or {}).get(r["logdir"], "finished" if r["finished"] else
                                              "unfinished")
-        per_run.update({r["seed"]: archived[name, r["seed"]] for r in runs
+        per_run.update({r["seed"]: archived[r["cell"]] for r in runs
                         if r["variant"] == name and r["seed"] not in per_run})
         per_run = dict(sorted(per_run.items()))
         curve_keys = sorted({k for r in per_run.values() for k in r["curves"]})
@@ -408,10 +465,11 @@ def aggregate(config, out, runs, status=None, archived=None):
                        for k in curve_keys},
             "runs": {str(seed): r for seed, r in per_run.items()},  # curves too: mergeable
         }
-    plot_curves(results, out)
+    report.plot_curves(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    text = summary_markdown(results)
-    (out / "summary.md").write_text(text)
+    table = report.tasks_table(results, config["table_steps"], report.read_anchors())
+    (out / "tasks_table.md").write_text(table)
+    (out / "summary.md").write_text(summary_markdown(results) + "\n" + table)
     return results
 
 
@@ -423,8 +481,9 @@ def _fmt(stat, scale=1.0, digits=1):
 
 def summary_markdown(results):
     c = results["config"]
-    lines = [f"task {c['task']}, base presets {c['base_presets']}, overrides {c['overrides']}, "
-             f"seeds {c['seeds']}; mean ± std over seeds", "",
+    seeds = "; ".join(f"{t} seeds {s}" for t, s in task_seeds(c).items())
+    lines = [f"{seeds}; base presets {c['base_presets']}, overrides {c['overrides']}; "
+             "mean ± std over seeds", "",
              "| variant | final eval return | mean eval return | training min | "
              "launcher min | final weight KL | coverage |", "|---|---|---|---|---|---|---|"]
     for name, v in results["variants"].items():
@@ -454,91 +513,6 @@ def summary_markdown(results):
     return "\n".join(lines) + "\n"
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _band(ax, curve, label, color):
-    x, m, s = (np.asarray(curve[k]) for k in ("steps", "mean", "std"))
-    ax.plot(x, m, "o-", color=color, label=label, lw=1.5, ms=3)
-    ax.fill_between(x, m - s, m + s, color=color, alpha=0.2, lw=0)
-
-
-def plot_curves(results, out):
-    plt = _pyplot()
-    variants_ = results["variants"]
-    colors = {name: f"C{i}" for i, name in enumerate(variants_)}
-    seeds = len(results["config"]["seeds"])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for name, v in variants_.items():
-        for ax, key in zip(axes, ("eval_return", "return"), strict=True):
-            if v["curves"].get(key):
-                _band(ax, v["curves"][key], name, colors[name])
-    axes[0].set(title=f"evaluation return (mean ± std, {seeds} seeds)",
-                xlabel="environment steps", ylabel="return")
-    axes[1].set(title="collection return (with exploration)", xlabel="environment steps")
-    axes[0].legend(fontsize=8)
-    fig.suptitle(results["config"]["task"])
-    fig.tight_layout()
-    fig.savefig(out / "learning_curves.png", dpi=110)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(6, 3.8))
-    for name, v in variants_.items():
-        curve = v["curves"].get("weight_kl")
-        if curve and max(curve["mean"]) > 0:  # PlaNet's deterministic transition has none.
-            _band(ax, curve, name, colors[name])
-    ax.set(title="weight KL(q(W) || p(W)) of the transition", xlabel="environment steps",
-           ylabel="nats")
-    if ax.lines:
-        ax.set_yscale("log")
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "weight_kl.png", dpi=110)
-    plt.close(fig)
-
-    grids = [g["name"] for g in results["config"]["coverage"]["grids"]]
-    if results["config"]["coverage"]["enabled"]:
-        fig, axes = plt.subplots(1, len(grids), figsize=(5.5 * len(grids), 3.8), squeeze=False)
-        for ax, g in zip(axes[0], grids, strict=True):
-            for name, v in variants_.items():
-                if v["curves"].get(f"coverage_{g}"):
-                    _band(ax, v["curves"][f"coverage_{g}"], name, colors[name])
-            ax.set(title=f"state coverage: {g} grid", xlabel="environment steps",
-                   ylabel="fraction of visited cells")
-        axes[0][0].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "coverage.png", dpi=110)
-        plt.close(fig)
-
-    probed = {n: v["summary"]["probe"]["per_episode"] for n, v in variants_.items()
-              if "per_episode" in v["summary"]["probe"]}
-    if probed:
-        fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), sharey=True)
-        horizons = [0] + [int(h) for h in results["config"]["probe"]["horizons"]]
-        for ax, group in zip(axes, ("velocity", "position"), strict=True):
-            for name, p in probed.items():
-                for probe_name, style in (("ridge", "--o"), ("mlp", "-s")):
-                    keys = ["closed_loop"] + [f"open_loop_h{h}" for h in horizons[1:]]
-                    pts = [(h, p.get(f"{k}/{probe_name}/{group}")) for h, k in
-                           zip(horizons, keys, strict=True)]
-                    pts = [(h, s["mean"]) for h, s in pts if s]
-                    if pts:
-                        ax.plot(*zip(*pts, strict=True), style, color=colors[name],
-                                label=f"{name} {probe_name}")
-            ax.set(title=f"probe R² of {group} (0 = closed loop)",
-                   xlabel="open-loop horizon", ylabel="R² (held-out)")
-        axes[0].legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(out / "probe.png", dpi=110)
-        plt.close(fig)
-
-
 # ---------------------------------------------------------------- the command
 def main(argv=None):
     parser = _config.add_arguments(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
@@ -562,6 +536,13 @@ def main(argv=None):
                                   f"received {unknown}")
     if config["parallel"] < 1:
         raise _config.ConfigError(f"expected parallel >= 1, received {config['parallel']}")
+    if config["coverage"]["enabled"] and len(config["tasks"]) > 1:
+        raise _config.ConfigError("coverage.enabled: the coverage grids are columns of one "
+                                  "task's physics; expected false for a grid of several tasks")
+    if not config["table_steps"] or not all(isinstance(s, int) and s > 0
+                                            for s in config["table_steps"]):
+        raise _config.ConfigError(f"table_steps: expected positive integer env steps, "
+                                  f"received {config['table_steps']!r}")
     out = pathlib.Path(config["out"])
     runs = grid(config, out)
     archived = archived_runs(config)
@@ -573,7 +554,7 @@ def main(argv=None):
         if config["probe"]["enabled"]:
             probe(local, config, out)
     results = aggregate(config, out, runs, status, archived)
-    print(summary_markdown(results))
+    print((out / "summary.md").read_text())
     failed = [k for k, v in (status or {}).items() if v.startswith("failed")]
     results["failed"] = failed
     return results

@@ -1,18 +1,16 @@
 """Test helpers for the scripts in ``experiments/`` (not collected by pytest)."""
 
-import importlib.util
 import json
 import pathlib
+
+from bayes_planet.experiment import load_script
 
 EXPERIMENTS = pathlib.Path(__file__).resolve().parents[1] / "experiments"
 
 
 def load(name):
     """``experiments/<name>.py`` as a module (the scripts are not a package)."""
-    spec = importlib.util.spec_from_file_location(f"{name}_experiment", EXPERIMENTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXPERIMENTS / f"{name}.py", f"{name}_experiment")
 
 
 def run_example(module, tmp_path, preset):

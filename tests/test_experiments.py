@@ -137,7 +137,9 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
         assert load(agents.CONFIG_PATH, [preset])["weight_priors"] == ["normal"]
     config = load(agents.CONFIG_PATH, ["comparison"])
     archive = tmp_path / "old_results.json"
-    earlier = {k: config[k] for k in ("task", "base_presets", "overrides")}
+    # An archive from before `tasks` and `weight_priors`: one `task`, N(0, 1) priors.
+    earlier = {"task": config["tasks"][0],
+               **{k: config[k] for k in ("base_presets", "overrides")}}
     archive.write_text(json.dumps({"config": earlier, "variants": {}}))
     assert agents.archived_runs({**config, "merge": [str(archive)]}) == {}
     with pytest.raises(agents._config.ConfigError,
