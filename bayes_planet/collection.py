@@ -100,8 +100,12 @@ class Collector:
         env.seed(seeds.int_seed(self.seed, stream, self.worker, *indices))
         recorder = EpisodeRecorder(self.obs_key, self.action_size,
                                    py_env.render if render else None, py_env.get_info)
-        observers = [recorder] + ([lambda _: fault_point(fault)] if fault else [])
-        driver = py_driver.PyDriver(py_env, policy, observers=observers, max_episodes=1)
+        observers = [lambda _: fault_point(fault)] if fault else []
+        # Ends on the last transition (not on the boundary after it, which would plan once
+        # more and reset the environment for nothing); the recorder sees every transition.
+        driver = py_driver.PyDriver(py_env, policy, observers=observers,
+                                    transition_observers=[recorder], max_episodes=1,
+                                    end_episode_on_boundary=False)
         time_step = py_env.reset()
         recorder.start()
         driver.run(time_step, policy.get_initial_state(1))

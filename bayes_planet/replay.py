@@ -414,51 +414,60 @@ def _write_npz(file, arrays):
 
 
 class EpisodeRecorder:
-    """TF-Agents observer turning trajectories into replay episodes.
+    """TF-Agents transition observer turning an episode's transitions into a replay episode.
 
-    Converts TF-Agents' ``(o_t, a_t, r_{t+1})`` trajectories to the replay layout
-    where ``action[t]``/``reward[t]`` are the action that led to ``o_t`` and the
-    reward received on arriving there (both 0 at ``t = 0``). With ``info_fn`` it also
-    stores the true physics state of every observation as ``physics`` (for latent
-    probes); optionally renders a frame per step for videos.
+    Called with each ``(time_step, policy_step, next_time_step)`` (a driver's
+    ``transition_observers``), it stores ``o_0`` and, per transition, ``a_t``, ``r_{t+1}`` and
+    ``o_{t+1}``, in the replay layout where ``action[t]``/``reward[t]`` are the action that led
+    to ``o_t`` and the reward received on arriving there (both 0 at ``t = 0``); the episode
+    is complete, final observation and reward included, when ``next_time_step`` is the last.
+    With ``info_fn`` it also stores the true physics state of every observation as
+    ``physics`` (for latent probes); with ``render_fn`` a frame of every observation.
+    Call `start` after the environment reset (the first observation's physics and frame).
     """
 
     def __init__(self, obs_key, action_size, render_fn=None, info_fn=None):
         self.obs_key, self.action_size, self.render_fn = obs_key, action_size, render_fn
         self.info_fn = info_fn
         self.episodes = []
+        self._first = None
         self._reset()
 
     def _reset(self):
         self.obs, self.action, self.reward, self.frames, self.physics = [], [], [], [], []
 
     def start(self):
-        """Call after the environment reset: records the first observation's state."""
-        if self.info_fn is not None:
-            self._first_physics = _physics(self.info_fn())
+        """Call after the environment reset: records the first observation's state/frame."""
+        self._first = (_physics(self.info_fn()) if self.info_fn is not None else None,
+                       self.render_fn() if self.render_fn is not None else None)
 
-    def __call__(self, traj):
-        if traj.is_first():
+    def __call__(self, transition):
+        time_step, policy_step, next_time_step = transition
+        if time_step.is_first():
             self._reset()
+            physics, frame = self._first if self._first is not None else (None, None)
+            self.obs.append(np.asarray(time_step.observation[self.obs_key]))
             self.action.append(np.zeros(self.action_size, np.float32))
             self.reward.append(np.float32(0.0))
             if self.info_fn is not None:
-                self.physics.append(self._first_physics)
-        self.obs.append(np.asarray(traj.observation[self.obs_key]))
+                self.physics.append(physics)
+            if self.render_fn is not None:
+                self.frames.append(frame)
+        # The env already stepped: its state is o_{t+1}'s.
+        self.obs.append(np.asarray(next_time_step.observation[self.obs_key]))
+        self.action.append(np.asarray(policy_step.action, np.float32))
+        self.reward.append(np.float32(next_time_step.reward))
+        if self.info_fn is not None:
+            self.physics.append(_physics(self.info_fn()))
         if self.render_fn is not None:
             self.frames.append(self.render_fn())
-        if traj.is_last():
+        if next_time_step.is_last():
             episode = {"obs": np.stack(self.obs), "action": np.stack(self.action),
                        "reward": np.asarray(self.reward, np.float32)}
             if self.info_fn is not None:
                 episode["physics"] = np.stack(self.physics)
             self.episodes.append((episode, self.frames))
             self._reset()
-        else:
-            self.action.append(np.asarray(traj.action, np.float32))
-            self.reward.append(np.float32(traj.reward))
-            if self.info_fn is not None:  # The env already stepped: this is o_{t+1}'s state.
-                self.physics.append(_physics(self.info_fn()))
 
 
 def _physics(info):

@@ -43,9 +43,7 @@ def test_tasks_preset_grid(agents, tmp_path):
 
 def test_tasks_preset_reaches_the_last_table_step_on_every_task(agents, tmp_path):
     """train.episodes x the env steps an episode takes (agent steps x the task's action
-    repeat, PlaNet's per-domain default) is the last column's env steps on every task.
-    (metrics.jsonl counts one transition less an episode: the replay's EpisodeRecorder
-    leaves out each episode's last one.)"""
+    repeat, PlaNet's per-domain default) is the last column's env steps on every task."""
     from bayes_planet import config as config_lib
     from bayes_planet import envs
 

@@ -423,3 +423,35 @@ def test_read_only_replay_writes_and_deletes_nothing(tmp_path):
     with pytest.raises(ValueError, match="does not exist"):
         EpisodeReplay(tmp_path / "missing", read_only=True)
     assert not (tmp_path / "missing").exists()
+
+
+def test_a_collected_episode_holds_every_transition_and_the_final_reward(tmp_path):
+    """The recorder stores o_0 and, per transition, a_t, r_{t+1}, o_{t+1}: an episode of
+    ``episode_length / action_repeat`` decisions has that many transitions, its return is the
+    environment's, and the collection ends without planning past the last step."""
+    import numpy as np
+
+    from bayes_planet import config as config_lib
+    from bayes_planet.training import Trainer
+
+    config = config_lib.load(["debug"], ["eval.video=false", "train.episodes=2"])
+    trainer = Trainer(config, tmp_path / "run")
+    collector = trainer.agent.collector
+    calls = []
+    env_step = collector.env.step
+
+    def counting_step(action):
+        calls.append(1)
+        return env_step(action)
+
+    collector.env.step = counting_step
+    episode, _ = collector.collect(collector.policy("random", 0), "env_reset", 0)
+    decisions = config.env.episode_length // collector.env.action_repeat
+    assert len(calls) == decisions  # No extra step (reset) after the last one.
+    assert len(episode["obs"]) == len(episode["action"]) == decisions + 1
+    assert episode["reward"][0] == 0 and np.all(episode["action"][0] == 0)
+    assert len(episode["physics"]) == decisions + 1
+    # The final observation's physics state is the environment's state after the last step.
+    np.testing.assert_allclose(episode["physics"][-1][:collector.env.physics.model.nq],
+                               collector.env.physics.data.qpos)
+    trainer.agent.close()
