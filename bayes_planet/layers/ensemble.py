@@ -87,11 +87,12 @@ def member_rows(batch_size, ensemble_size):
         batch_size = x.shape[0] if x.shape[0] is not None else tf.shape(x)[0]
     static = batch_size if isinstance(batch_size, int) else tf.get_static_value(batch_size)
     if static is not None:
+        static = int(static)
         if static % ensemble_size:
             raise ValueError(f"Expected a batch size divisible by ensemble_size. Received: "
                              f"batch size {static}, ensemble_size={ensemble_size}")
         return static // ensemble_size
-    rows = tf.shape(x)[0]
+    rows = batch_size
     check = tf.debugging.assert_equal(
         rows % ensemble_size, 0,
         message=f"Expected a batch size divisible by ensemble_size={ensemble_size}. "
