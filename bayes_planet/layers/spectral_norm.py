@@ -152,6 +152,10 @@ class SpectralNormalization(keras.layers.Wrapper):
 
     def get_config(self):
         config = super().get_config()
+        # tf-keras >= 2.16 adds the built inner layer's `build_config`; the wrapper builds its
+        # layer itself, so the config is the same built or not (and round-trips).
+        if isinstance(config.get("layer"), dict):
+            config["layer"].pop("build_config", None)
         config.update(power_iterations=self.power_iterations,
                       norm_multiplier=self.norm_multiplier, seed=self.seed)
         return config
