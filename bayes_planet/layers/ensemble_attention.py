@@ -33,7 +33,14 @@ from bayes_planet._keras import keras
 from bayes_planet.layers import initializers, regularizers
 from bayes_planet.layers.attention import BayesianMultiHeadAttention, flat_plan
 from bayes_planet.layers.base import BayesianLayer, check_positive_int, split_seed
-from bayes_planet.layers.ensemble import member_rows, point_initializer, sample_factor
+from bayes_planet.layers.ensemble import (
+    ENSEMBLE_SIZE,
+    RANK1_POSTERIOR,
+    RANK1_PRIOR,
+    member_rows,
+    point_initializer,
+    sample_factor,
+)
 
 __all__ = ["EinsumDenseRank1", "MultiHeadAttentionRank1"]
 
@@ -60,11 +67,11 @@ class EinsumDenseRank1(BayesianLayer, keras.layers.EinsumDense):
     def __init__(self, equation, output_shape, activation=None, bias_axes=None,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros",
                  kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *, ensemble_size=4,
-                 alpha_initializer="trainable_random_sign_normal",
-                 gamma_initializer="trainable_random_sign_normal",
-                 alpha_regularizer="rank1_normal_kl_divergence",
-                 gamma_regularizer="rank1_normal_kl_divergence",
+                 kernel_constraint=None, bias_constraint=None, *, ensemble_size=ENSEMBLE_SIZE,
+                 alpha_initializer=RANK1_POSTERIOR,
+                 gamma_initializer=RANK1_POSTERIOR,
+                 alpha_regularizer=RANK1_PRIOR,
+                 gamma_regularizer=RANK1_PRIOR,
                  use_additive_perturbation=False, seed=None, **kwargs):
         super().__init__(
             equation=equation, output_shape=output_shape, activation=activation,
@@ -177,11 +184,11 @@ class MultiHeadAttentionRank1(BayesianMultiHeadAttention):
                  output_shape=None, attention_axes=None, kernel_initializer="glorot_uniform",
                  bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 softmax_robust_masking=False, *, ensemble_size=4,
-                 alpha_initializer="trainable_random_sign_normal",
-                 gamma_initializer="trainable_random_sign_normal",
-                 alpha_regularizer="rank1_normal_kl_divergence",
-                 gamma_regularizer="rank1_normal_kl_divergence",
+                 softmax_robust_masking=False, *, ensemble_size=ENSEMBLE_SIZE,
+                 alpha_initializer=RANK1_POSTERIOR,
+                 gamma_initializer=RANK1_POSTERIOR,
+                 alpha_regularizer=RANK1_PRIOR,
+                 gamma_regularizer=RANK1_PRIOR,
                  use_additive_perturbation=False, seed=None, **kwargs):
         super().__init__(
             num_heads, key_dim, value_dim, dropout, use_bias, output_shape, attention_axes,

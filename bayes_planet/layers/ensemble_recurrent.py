@@ -40,7 +40,14 @@ import tensorflow as tf
 from bayes_planet._keras import keras
 from bayes_planet.layers import initializers, regularizers
 from bayes_planet.layers.base import check_positive_int
-from bayes_planet.layers.ensemble import member_rows, point_initializer, sample_factor
+from bayes_planet.layers.ensemble import (
+    ENSEMBLE_SIZE,
+    RANK1_POSTERIOR,
+    RANK1_PRIOR,
+    member_rows,
+    point_initializer,
+    sample_factor,
+)
 from bayes_planet.layers.recurrent import BayesianGRUCell, BayesianLSTMCell
 
 __all__ = ["GRUCellRank1", "LSTMCellRank1"]
@@ -212,15 +219,15 @@ class LSTMCellRank1(_Rank1Cell, BayesianLSTMCell):
                  bias_initializer="zeros", unit_forget_bias=True, kernel_regularizer=None,
                  recurrent_regularizer=None, bias_regularizer=None, kernel_constraint=None,
                  recurrent_constraint=None, bias_constraint=None, dropout=0.0,
-                 recurrent_dropout=0.0, *, ensemble_size=4,
-                 alpha_initializer="trainable_random_sign_normal",
-                 gamma_initializer="trainable_random_sign_normal",
-                 recurrent_alpha_initializer="trainable_random_sign_normal",
-                 recurrent_gamma_initializer="trainable_random_sign_normal",
-                 alpha_regularizer="rank1_normal_kl_divergence",
-                 gamma_regularizer="rank1_normal_kl_divergence",
-                 recurrent_alpha_regularizer="rank1_normal_kl_divergence",
-                 recurrent_gamma_regularizer="rank1_normal_kl_divergence",
+                 recurrent_dropout=0.0, *, ensemble_size=ENSEMBLE_SIZE,
+                 alpha_initializer=RANK1_POSTERIOR,
+                 gamma_initializer=RANK1_POSTERIOR,
+                 recurrent_alpha_initializer=RANK1_POSTERIOR,
+                 recurrent_gamma_initializer=RANK1_POSTERIOR,
+                 alpha_regularizer=RANK1_PRIOR,
+                 gamma_regularizer=RANK1_PRIOR,
+                 recurrent_alpha_regularizer=RANK1_PRIOR,
+                 recurrent_gamma_regularizer=RANK1_PRIOR,
                  use_additive_perturbation=False, seed=None, sampling="sequence", **kwargs):
         super().__init__(
             units=units, activation=activation, recurrent_activation=recurrent_activation,
@@ -265,14 +272,14 @@ class GRUCellRank1(_Rank1Cell, BayesianGRUCell):
                  bias_initializer="zeros", kernel_regularizer=None, recurrent_regularizer=None,
                  bias_regularizer=None, kernel_constraint=None, recurrent_constraint=None,
                  bias_constraint=None, dropout=0.0, recurrent_dropout=0.0, reset_after=True,
-                 *, ensemble_size=4, alpha_initializer="trainable_random_sign_normal",
-                 gamma_initializer="trainable_random_sign_normal",
-                 recurrent_alpha_initializer="trainable_random_sign_normal",
-                 recurrent_gamma_initializer="trainable_random_sign_normal",
-                 alpha_regularizer="rank1_normal_kl_divergence",
-                 gamma_regularizer="rank1_normal_kl_divergence",
-                 recurrent_alpha_regularizer="rank1_normal_kl_divergence",
-                 recurrent_gamma_regularizer="rank1_normal_kl_divergence",
+                 *, ensemble_size=ENSEMBLE_SIZE, alpha_initializer=RANK1_POSTERIOR,
+                 gamma_initializer=RANK1_POSTERIOR,
+                 recurrent_alpha_initializer=RANK1_POSTERIOR,
+                 recurrent_gamma_initializer=RANK1_POSTERIOR,
+                 alpha_regularizer=RANK1_PRIOR,
+                 gamma_regularizer=RANK1_PRIOR,
+                 recurrent_alpha_regularizer=RANK1_PRIOR,
+                 recurrent_gamma_regularizer=RANK1_PRIOR,
                  use_additive_perturbation=False, seed=None, sampling="sequence", **kwargs):
         super().__init__(
             units=units, activation=activation, recurrent_activation=recurrent_activation,
