@@ -166,13 +166,12 @@ class ValueModel(tf.Module):
         """One critic and one actor update from a batch's posterior states ``[B, T, size]``
         (`WorldModel.train_step` with ``return_posterior=True``)."""
         v, wm = self.settings, self.world_model
-        post, roll_seed = posterior, seed
         start = {k: tf.stop_gradient(
-            tf.reshape(x[:, ::v.start_every], [-1, x.shape[-1]])) for k, x in post.items()}
+            tf.reshape(x[:, ::v.start_every], [-1, x.shape[-1]])) for k, x in posterior.items()}
         actor_vars = self.actor.trainable_variables
         critic_vars = self.critic.trainable_variables
         with tf.GradientTape() as tape:
-            states, _, entropy = self.rollout(start, v.imagine_horizon, roll_seed)
+            states, _, entropy = self.rollout(start, v.imagine_horizon, seed)
             rewards = wm.predict_reward(states)  # [H, N]: r_1..r_H
             values = self.value(states, target=True)  # V'(s_1..s_H)
             returns = lambda_returns(rewards, values, v.discount, v.td_lambda)  # R_0..R_{H-1}
