@@ -1,26 +1,53 @@
-"""The one place the project reaches Keras.
+"""The one place the project reaches Keras, and chooses which Keras.
 
-The layers are Keras 2 layers. TF 2.15 ships Keras 2 as ``tf.keras``; from TF 2.16 on,
-``tf.keras`` is Keras 3 and Keras 2 is the separate ``tf-keras`` package (``import tf_keras``).
-There, ``TF_USE_LEGACY_KERAS=1`` is also set (unless the user set it) before anything reads
-``tf.keras``, so that ``tf.keras`` and TensorFlow Probability's Keras are the same tf-keras
-(on TF 2.15 it must stay unset: TF 2.15 would then look for tf-keras too). Import ``keras``
-from here, never ``tf.keras``.
+The process's own choice decides, so that importing bayes_planet never changes which Keras the
+user's code sees:
+
+* TF 2.15: ``tf.keras`` is Keras 2: the layers are Keras 2 layers (``KERAS3 = False``).
+* TF >= 2.16: ``tf.keras`` is Keras 3 (``import keras``): the layers are native Keras 3 layers
+  (``KERAS3 = True``), unless the process opted into Keras 2 (tf-keras) by setting
+  ``TF_USE_LEGACY_KERAS`` to ``1``/``true``/``True`` before TensorFlow reads ``tf.keras``, as
+  TensorFlow itself reads it: then ``keras`` is ``tf_keras`` (``KERAS3 = False``).
+
+Nothing here sets ``TF_USE_LEGACY_KERAS``. Import ``keras`` from here, never ``tf.keras``;
+code that must differ between the two generations branches on ``KERAS3`` in one place
+(`bayes_planet.layers._compat`).
 """
 
 import os
 
 import tensorflow as tf
 
-if tuple(int(v) for v in tf.__version__.split(".")[:2]) >= (2, 16):
-    # TF resolves tf.keras lazily, on first use, so setting it after `import tensorflow` works.
-    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+TF_VERSION = tuple(int(v) for v in tf.__version__.split(".")[:2])
+
+#: The values of ``TF_USE_LEGACY_KERAS`` that make TensorFlow's ``tf.keras`` tf-keras (TensorFlow's
+#: own test, ``tensorflow/python/util/lazy_loader.py``).
+_LEGACY_VALUES = ("true", "True", "1")
+
+
+def legacy_keras_requested():
+    """Whether this process asked TensorFlow (>= 2.16) for Keras 2: ``TF_USE_LEGACY_KERAS``."""
+    return os.environ.get("TF_USE_LEGACY_KERAS") in _LEGACY_VALUES
+
+
+if TF_VERSION < (2, 16):
+    keras = tf.keras
+    KERAS3 = False
+elif legacy_keras_requested():
     try:
         import tf_keras as keras
     except ImportError as e:  # pragma: no cover - the base install depends on tf-keras here
-        raise ImportError(f"bayes_planet needs tf-keras (Keras 2) with TensorFlow {tf.__version__}: "
-                          f"pip install 'tf-keras~={tf.__version__.rsplit('.', 1)[0]}.0'") from e
+        raise ImportError(
+            f"TF_USE_LEGACY_KERAS asks for Keras 2, which needs tf-keras with TensorFlow "
+            f"{tf.__version__}: pip install 'tf-keras~={tf.__version__.rsplit('.', 1)[0]}.0'"
+        ) from e
+    KERAS3 = False
 else:
-    keras = tf.keras
+    import keras
 
-__all__ = ["keras", "tf"]
+    KERAS3 = keras.__version__.split(".")[0] == "3"
+    if not KERAS3:  # pragma: no cover - TF >= 2.16 installs Keras 3
+        raise ImportError(f"Expected Keras 3 with TensorFlow {tf.__version__}. "
+                          f"Received: keras=={keras.__version__}")
+
+__all__ = ["KERAS3", "TF_VERSION", "keras", "legacy_keras_requested", "tf"]

@@ -2,7 +2,7 @@
 
 `run_layer_test` checks, for one layer class and constructor arguments: the
 output shape, the number of trainable/non-trainable weights and loss terms, the
-``get_config``/``from_config`` round trip, ``.keras``, HDF5 and SavedModel save/load
+``get_config``/``from_config`` round trip, ``.keras``, HDF5 and (Keras 2) SavedModel save/load
 (the reloaded model reproduces the original's next output exactly, seeds
 included), gradients to every trainable variable across two separate
 ``GradientTape``s, ``tf.function`` with ``jit_compile=True``, one
@@ -21,10 +21,11 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-from bayes_planet._keras import keras
+from bayes_planet._keras import KERAS3, keras
+from bayes_planet.layers._compat import variable_name
 
 __all__ = ["CellRNN", "SelfAttention", "check_distinct_initial_weights", "run_layer_test",
-           "to_tensor"]
+           "save_saved_model", "to_tensor"]
 
 
 def to_tensor(x):
@@ -162,7 +163,7 @@ def check_distinct_initial_weights(layer, allowed=()):
     Weights that do not vary (zeros, constants) are exempt; so are the ``allowed`` name pairs.
     """
     allowed = {frozenset(pair) for pair in allowed}
-    named = [(w.name.split(":")[0].split(layer.name + "/", 1)[-1], np.asarray(w))
+    named = [(variable_name(w).split(layer.name + "/", 1)[-1], np.asarray(w))
              for w in layer.weights]
     for (a, va), (b, vb) in itertools.combinations(named, 2):
         if (va.shape == vb.shape and va.size > 1 and np.ptp(va) > 0
@@ -218,12 +219,17 @@ def _wrap(layer_cls, init_kwargs, x, call_kwargs):
     return model
 
 
+#: The whole-model formats of the round trip: ``(file name, model.save kwargs)``. Keras 3 has no
+#: SavedModel format in ``model.save`` (``model.export`` writes an inference-only artifact).
+_SAVE_FORMATS = (("m.keras", {}), ("m.h5", {})) + (
+    () if KERAS3 else (("saved_model", {"save_format": "tf"}),))
+
+
 def _check_save(model, x):
     first = to_tensor(model(x))
     with tempfile.TemporaryDirectory() as tmp:
-        for path, kwargs in ((os.path.join(tmp, "m.keras"), {}),
-                             (os.path.join(tmp, "m.h5"), {}),
-                             (os.path.join(tmp, "saved_model"), {"save_format": "tf"})):
+        for name, kwargs in _SAVE_FORMATS:
+            path = os.path.join(tmp, name)
             _save(model, path, **kwargs)
             loaded = keras.models.load_model(path)
             assert len(loaded.weights) == len(model.weights), "save/load lost weights"
@@ -248,6 +254,15 @@ def _save(model, path, **kwargs):
     for w in caught:
         if w not in legacy:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def save_saved_model(model, path):
+    """Writes ``model`` as a TensorFlow SavedModel (for ``tf.saved_model.load``): Keras 2's
+    ``model.save(path)`` without an extension, Keras 3's ``model.export(path)``."""
+    if KERAS3:
+        model.export(str(path), verbose=False)
+    else:
+        model.save(path)
 
 
 def _check_fit(model, x, loss):

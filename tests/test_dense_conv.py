@@ -7,7 +7,7 @@ import tensorflow as tf
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.testing import run_layer_test
+from bayes_planet.testing import run_layer_test, save_saved_model
 
 
 def _registered(family, sampling_only=False):
@@ -401,7 +401,7 @@ def test_posterior_mean_warns_on_a_model_without_bayesian_weights(tmp_path):
             assert weights == []
     # A Bayesian model saved and reloaded without its custom objects: plain layers.
     bayes = keras.Sequential([keras.Input((4,)), bl.DenseFlipout(3, seed=0)])
-    bayes.save(tmp_path / "model")
+    save_saved_model(bayes, tmp_path / "model")
     reloaded = tf.saved_model.load(str(tmp_path / "model"))
     with pytest.warns(UserWarning, match="no Bayesian"):
         with bl.posterior_mean(reloaded):

@@ -2,10 +2,11 @@
 
 `BayesianLayer` is a mixin placed before a Keras layer class. It changes one thing
 in the Keras layer: when ``add_weight`` receives a `DistributionInitializer`, the
-"weight" becomes that initializer (a distribution over the weight) and the
-regularizer becomes a callable loss on it, so the KL term is recomputed each time
-``layer.losses`` is read (safe across any number of ``GradientTape``s, and added by
-``model.fit``).
+"weight" becomes that initializer (a distribution over the weight, a sublayer that
+holds the variational parameters) and the regularizer becomes a loss on it, recomputed
+each time ``layer.losses`` is read (safe across any number of ``GradientTape``s, and
+added by ``model.fit``): a callable loss on Keras 2, the regularizer of the posterior's
+variables on Keras 3 (`_compat` says how).
 
 Noise is stateless and seeded: each call draws from ``[seed, counter]`` and bumps
 a per-layer int64 counter variable, so runs are reproducible with ``seed=``, the
@@ -13,7 +14,6 @@ noise state is checkpointed with the model, and everything compiles under XLA.
 """
 
 import contextlib
-import functools
 import numbers
 import random
 import warnings
@@ -21,6 +21,7 @@ import warnings
 import tensorflow as tf
 
 from bayes_planet._keras import keras
+from bayes_planet.layers import _compat
 from bayes_planet.layers.initializers import DistributionInitializer
 from bayes_planet.layers.noise import standard_normal
 
@@ -80,7 +81,7 @@ def sample_weight(weight, seed, dtype, num_samples=1):
     return moments(weight, dtype)[0]
 
 
-class BayesianLayer:
+class BayesianLayer(_compat.LayerState):
     """Mixin giving a Keras layer distribution-valued weights and seeded noise.
 
     Subclasses call ``self._init_seed(seed)`` in ``__init__`` and ``self._next_seed()``
@@ -94,35 +95,32 @@ class BayesianLayer:
         self._base_seed = seed if seed is not None else random.SystemRandom().randint(0, 2**31 - 1)
         self._seed_counter = None
 
-    def add_weight(self, name=None, shape=None, dtype=None, initializer=None,
-                   regularizer=None, trainable=None, **kwargs):
+    def add_weight(self, *args, **kwargs):
+        arguments = _compat.add_weight_arguments(args, kwargs)
+        initializer = arguments.get("initializer")
         if not isinstance(initializer, DistributionInitializer):
-            return super().add_weight(name=name, shape=shape, dtype=dtype,
-                                      initializer=initializer, regularizer=regularizer,
-                                      trainable=trainable, **kwargs)
+            return super().add_weight(*args, **kwargs)
+        name = arguments.get("name")
         if initializer.built:
             raise ValueError(
                 f"The distribution initializer for `{name}` is already built (shared between "
                 "weights?). Pass a fresh instance or a string alias to each layer."
             )
-        var_dtype = tf.as_dtype(dtype or self.dtype)
-        with tf.name_scope(name):
-            initializer.build(shape, var_dtype if var_dtype.is_floating else tf.float32)
-        if trainable is False:
+        var_dtype = tf.as_dtype(arguments.get("dtype") or self.dtype)
+        with _compat.name_scope(name):
+            initializer.build(arguments.get("shape"),
+                              var_dtype if var_dtype.is_floating else tf.float32)
+        if arguments.get("trainable") is False:
             initializer.trainable = False
+        regularizer = arguments.get("regularizer")
         if regularizer is not None:
-            self.add_loss(functools.partial(_weight_loss, name, regularizer, initializer))
+            _compat.add_weight_loss(self, name, regularizer, initializer)
         return initializer
 
     def _ensure_seed_counter(self):
         if self._seed_counter is None:
             with tf.init_scope():
-                self._seed_counter = super().add_weight(
-                    name="seed_counter", shape=(), dtype=tf.int64, initializer="zeros",
-                    trainable=False,
-                    synchronization=tf.VariableSynchronization.ON_READ,
-                    aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-                )
+                self._seed_counter = super().add_weight(**_compat.SEED_COUNTER_KWARGS)
 
     def build(self, input_shape):
         super().build(input_shape)
@@ -137,7 +135,7 @@ class BayesianLayer:
         if fixed is not None:
             return fixed
         self._ensure_seed_counter()
-        count = self._seed_counter.assign_add(1, read_value=True)
+        count = _compat.increment(self._seed_counter)
         count = tf.cast(count % (2**31 - 1), tf.int32)  # int32 seeds, as tfp expects.
         return tf.stack([tf.constant(self._base_seed, tf.int32), count])
 
@@ -156,7 +154,7 @@ class BayesianLayer:
 
 def bayesian_layers(module):
     """All `BayesianLayer`s in a layer/model/module (itself included), in a stable order."""
-    candidates = [module] + list(getattr(module, "submodules", ()))
+    candidates = [module] + _compat.submodules(module)
     seen, found = set(), []
     for layer in candidates:
         if isinstance(layer, BayesianLayer) and id(layer) not in seen:
@@ -235,7 +233,7 @@ def posterior_mean(module):
     SavedModel loaded without ``bayes_planet``, whose layers are plain Keras layers —
     since the block then changes nothing.
     """
-    candidates = [module] + list(getattr(module, "submodules", ()))
+    candidates = [module] + _compat.submodules(module)
     weights = list({id(w): w for w in candidates
                     if isinstance(w, DistributionInitializer)}.values())
     if not weights:
@@ -252,11 +250,6 @@ def posterior_mean(module):
     finally:
         for weight, value in zip(weights, previous, strict=True):
             object.__setattr__(weight, "_use_posterior_mean", value)
-
-
-def _weight_loss(name, regularizer, initializer):
-    with tf.name_scope(f"{name}_regularizer"):
-        return regularizer(initializer)
 
 
 def split_seed(seed, num):

@@ -10,7 +10,7 @@ with the convolution as the linear op.
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import estimators, initializers, regularizers
+from bayes_planet.layers import _compat, estimators, initializers, regularizers
 from bayes_planet.layers.base import (
     BayesianLayer,
     check_positive_int,
@@ -80,21 +80,20 @@ class _BayesianConv(BayesianLayer):
 
     def call(self, inputs, training=None):
         x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
-        if self._is_causal:
-            x = tf.pad(x, self._compute_causal_padding(x))
+        x, op = _compat.conv_input_and_op(self, x)
         kernel_seed, bias_seed = split_seed(self._next_seed(), 2)
-        channel_axis = 1 if self._channels_first else -1
-        out = self._conv(x, kernel_seed, channel_axis, training)
+        channel_axis = 1 if _compat.channels_first(self) else -1
+        out = self._conv(op, x, kernel_seed, channel_axis, training)
         if self.use_bias:
             shape = [1] * out.shape.rank
             shape[channel_axis] = self.filters
             out = out + tf.reshape(sample_weight(self.bias, bias_seed, out.dtype), shape)
         return self.activation(out) if self.activation is not None else out
 
-    def _conv(self, x, seed, channel_axis, training):
-        """``conv(x, W)`` for ``W ~ q(W)`` by the class's estimator."""
+    def _conv(self, op, x, seed, channel_axis, training):
+        """``op(x, W)`` (the convolution) for ``W ~ q(W)`` by the class's estimator."""
         del training
-        return self._estimator(self.convolution_op, x, self.kernel, seed, channel_axis)
+        return self._estimator(op, x, self.kernel, seed, channel_axis)
 
 
 @_register
@@ -186,14 +185,14 @@ class _ConvVariationalDropout(_BayesianConv):
                          kernel_regularizer, bias_regularizer, activity_regularizer,
                          kernel_constraint, bias_constraint, seed=seed, **kwargs)
 
-    def _conv(self, x, seed, channel_axis, training):
+    def _conv(self, op, x, seed, channel_axis, training):
         if training:
-            return super()._conv(x, seed, channel_axis, training)
+            return super()._conv(op, x, seed, channel_axis, training)
         loc, scale = moments(self.kernel, x.dtype)
         if scale is not None:
             keep = log_alpha_from_moments(loc, scale) < 3.0
             loc = tf.where(keep, loc, tf.zeros_like(loc))
-        return self.convolution_op(x, loc)
+        return op(x, loc)
 
 
 @_register

@@ -45,6 +45,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet import seeds
 from bayes_planet._keras import keras
+from bayes_planet.layers import _compat
 from bayes_planet.layers import constraints as constraints_lib
 from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.noise import standard_normal
@@ -157,8 +158,12 @@ class DistributionInitializer(keras.layers.Layer):
             initializer=initializer,
             constraint=constraint,
             trainable=trainable,
-            experimental_autocast=False,
+            **_compat.NO_AUTOCAST,
         )
+
+    def get_build_config(self):
+        # Built by the layer that holds it (`BayesianLayer.add_weight`), never from a config.
+        return None
 
 
 @_register

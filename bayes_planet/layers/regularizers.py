@@ -23,6 +23,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
+from bayes_planet.layers import _compat
 from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.initializers import DistributionInitializer, MomentsUnavailableError
 from bayes_planet.layers.random_variable import RandomVariable
@@ -443,7 +444,7 @@ def set_dataset_size(model, dataset_size):
 
 def kl_regularizers(model):
     """The distinct `KLRegularizer`s held by ``model`` and its sublayers, in a stable order."""
-    layers = [model] + list(model.submodules) if hasattr(model, "submodules") else [model]
+    layers = [model] + _compat.submodules(model)
     found = {}
     for layer in layers:
         for value in list(vars(layer).values()):

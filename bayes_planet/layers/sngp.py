@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import kernels
+from bayes_planet.layers import _compat, kernels
 from bayes_planet.layers.base import BayesianLayer, check_positive_int, multi_replica_context
 from bayes_planet.layers.random_features import (
     add_fourier_weights,
@@ -299,7 +299,7 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
 
 def gp_layers(model):
     """The `RandomFeatureGaussianProcess` layers of ``model`` (itself included)."""
-    candidates = [model] + list(getattr(model, "submodules", ()))
+    candidates = [model] + _compat.submodules(model)
     return [m for m in candidates if isinstance(m, RandomFeatureGaussianProcess)]
 
 

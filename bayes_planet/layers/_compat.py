@@ -1,0 +1,167 @@
+"""Where Keras 2 and Keras 3 differ, for the layers: the one module that branches on ``KERAS3``.
+
+`bayes_planet._keras` chooses the Keras of the process; the layer code is written once against
+the helpers here. How the KL reaches ``layer.losses`` differs most:
+
+* Keras 2: the layer adds a *callable* loss (``add_loss(fn)``), recomputed each time
+  ``layer.losses`` is read.
+* Keras 3 has no callable losses (``add_loss`` keeps tensors of one call). It recomputes
+  ``variable.regularizer(variable)`` for every *trainable* variable each time ``layer.losses`` is
+  read (``Layer._get_regularization_losses``; ``fit`` adds ``model.losses``). So the KL of a
+  whole posterior becomes the regularizer of its first variable (`PosteriorLoss`): one term per
+  regularized weight, recomputed on every read, inside every ``GradientTape`` and train step, as
+  on Keras 2. As for any Keras 3 weight regularizer, a posterior with no trainable variable
+  (frozen, or a fixed one such as ``FixedNormal``, whose KL is a constant) adds no term.
+"""
+
+import functools
+import inspect
+
+from bayes_planet._keras import KERAS3, keras, tf
+
+__all__ = [
+    "KERAS3",
+    "LayerState",
+    "NO_AUTOCAST",
+    "PosteriorLoss",
+    "SEED_COUNTER_KWARGS",
+    "add_weight_arguments",
+    "add_weight_loss",
+    "channels_first",
+    "conv_input_and_op",
+    "increment",
+    "name_scope",
+    "submodules",
+    "variable_name",
+]
+
+#: ``add_weight`` keyword arguments of a variable that is never autocast (mixed precision).
+NO_AUTOCAST = {"autocast": False} if KERAS3 else {"experimental_autocast": False}
+
+#: ``add_weight`` keyword arguments of a layer's noise counter: an int64 scalar, not trained,
+#: one per replica (the first replica's value is the one saved).
+SEED_COUNTER_KWARGS = dict(
+    name="seed_counter", shape=(), dtype="int64", initializer="zeros", trainable=False,
+    **({"aggregation": "only_first_replica"} if KERAS3 else {
+        "synchronization": tf.VariableSynchronization.ON_READ,
+        "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA}))
+
+#: A name scope for the variables created inside it (Keras 3 names variables by its own scopes).
+name_scope = keras.name_scope if KERAS3 else tf.name_scope
+
+
+def add_weight_arguments(args, kwargs):
+    """The arguments of a call ``Layer.add_weight(*args, **kwargs)``, all by keyword.
+
+    Keras 2 takes ``(name, shape, dtype, initializer, ...)`` positionally, Keras 3
+    ``(shape, initializer, dtype)``.
+    """
+    if KERAS3:
+        names = ("shape", "initializer", "dtype")
+    else:
+        names = tuple(inspect.signature(keras.layers.Layer.add_weight).parameters)[1:]
+    if len(args) > len(names):
+        raise TypeError(f"add_weight() takes at most {len(names)} positional arguments. "
+                        f"Received: {len(args)}")
+    merged = dict(kwargs)
+    for name, value in zip(names, args, strict=False):
+        if name in merged:
+            raise TypeError(f"add_weight() got multiple values for argument {name!r}")
+        merged[name] = value
+    return merged
+
+
+class PosteriorLoss(keras.regularizers.Regularizer):
+    """Keras 3: ``regularizer(posterior)`` as the regularizer of one of the posterior's
+    variables, so that Keras adds the posterior's KL to ``layer.losses`` (module docstring).
+
+    Not serialized: the layer's config carries its regularizer, which rebuilds this on load.
+    """
+
+    def __init__(self, name, regularizer, posterior):
+        self.name, self.regularizer, self.posterior = name, regularizer, posterior
+
+    def __call__(self, variable):
+        del variable  # The KL is a function of the whole posterior.
+        return _weight_loss(self.name, self.regularizer, self.posterior)
+
+    def get_config(self):
+        raise NotImplementedError(
+            "PosteriorLoss is not serializable: the layer's config carries its regularizer.")
+
+
+def _weight_loss(name, regularizer, posterior):
+    with tf.name_scope(f"{name}_regularizer"):
+        return regularizer(posterior)
+
+
+def add_weight_loss(layer, name, regularizer, posterior):
+    """Makes ``regularizer(posterior)`` (the weight ``name``'s KL) a loss of ``layer``."""
+    if not KERAS3:
+        layer.add_loss(functools.partial(_weight_loss, name, regularizer, posterior))
+        return
+    variables = posterior.weights
+    if variables:  # else a constant KL: no term (module docstring).
+        variables[0].regularizer = PosteriorLoss(name, regularizer, posterior)
+
+
+def increment(variable):
+    """``variable += 1`` as one read-modify-write; returns the new value."""
+    if KERAS3:
+        value = variable.value  # the backing tf.Variable (a tensor in a Keras stateless scope)
+        if not isinstance(value, tf.Variable):
+            return variable.assign_add(1)
+        variable = value
+    return variable.assign_add(1, read_value=True)
+
+
+def submodules(module):
+    """The layers (or `tf.Module`s) inside ``module``, itself excluded."""
+    if KERAS3 and isinstance(module, keras.layers.Layer):
+        return module._flatten_layers(include_self=False)  # noqa: SLF001 - Keras 3's only walk
+    return list(getattr(module, "submodules", ()))
+
+
+def variable_name(variable):
+    """A variable's name inside its model: Keras 3's ``path``, Keras 2's ``name`` (no ``:0``)."""
+    return variable.path if KERAS3 else variable.name.split(":")[0]
+
+
+def conv_input_and_op(layer, x):
+    """``(x, op)`` for a Keras convolution ``layer``: ``x`` causally padded if the layer is
+    causal, and ``op(x, kernel)`` the layer's convolution of the (padded) input."""
+    if not KERAS3:
+        if layer._is_causal:  # noqa: SLF001 - Keras 2's convolution attributes
+            x = tf.pad(x, layer._compute_causal_padding(x))  # noqa: SLF001
+        return x, layer.convolution_op
+    if layer.padding != "causal":
+        return x, layer.convolution_op
+    x = tf.pad(x, layer._compute_causal_padding())  # noqa: SLF001 - Keras 3's Conv1D
+
+    def op(inputs, kernel):
+        return keras.ops.conv(inputs, kernel, strides=list(layer.strides), padding="valid",
+                              dilation_rate=layer.dilation_rate, data_format=layer.data_format)
+
+    return x, op
+
+
+def channels_first(layer):
+    """Whether a Keras convolution ``layer`` takes channels on axis 1."""
+    return layer.data_format == "channels_first"
+
+
+class LayerState:
+    """Base of `base.BayesianLayer`: how a layer with posterior weights saves its variables.
+
+    Keras 3's ``Dense``/``Conv`` save their ``kernel`` and ``bias`` by name; a posterior weight
+    is a sublayer that saves its own variables (the object walk of ``.keras``/``.weights.h5``),
+    so the layer saves only its own variables, as every Keras 3 layer does by default. Keras 2
+    saves by its own walk: nothing to change.
+    """
+
+    if KERAS3:
+        def save_own_variables(self, store):
+            keras.layers.Layer.save_own_variables(self, store)
+
+        def load_own_variables(self, store):
+            keras.layers.Layer.load_own_variables(self, store)
