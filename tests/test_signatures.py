@@ -55,8 +55,10 @@ TWINS = {
 }
 
 # Positional parameters that newer Keras releases append to a twin's signature
-# (tf-keras 2.16+: MultiHeadAttention's softmax_robust_masking).
-NEWER_KERAS_PARAMETERS = {keras.layers.MultiHeadAttention: ("softmax_robust_masking",)}
+# (tf-keras 2.16+: MultiHeadAttention's softmax_robust_masking; Keras 3: Dense's LoRA and
+# quantization arguments).
+NEWER_KERAS_PARAMETERS = {keras.layers.MultiHeadAttention: ("softmax_robust_masking",),
+                          keras.layers.Dense: ("lora_rank", "lora_alpha", "quantization_config")}
 
 
 # Non-default values for each twin parameter, valid for both layers of the pair.
@@ -71,6 +73,7 @@ PROBES = {
     "bias_constraint": None, "dropout": 0.0, "recurrent_dropout": 0.0,
     "reset_after": False, "equation": "ab,bc->ac", "output_shape": 4, "bias_axes": "c",
     "num_heads": 2, "key_dim": 3, "value_dim": 5, "attention_axes": None,
+    "lora_rank": None, "lora_alpha": None, "quantization_config": None,
 }
 # Per-layer probes: the ensemble layers' kernel is a point estimate (no posterior).
 LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
@@ -189,6 +192,17 @@ def test_recurrent_cells_take_activation_positionally():
     assert cell.activation is keras.activations.relu
     gru = bl.GRUCellFlipout(4, "tanh", "sigmoid", True, reset_after=False, seed=0)
     assert gru.reset_after is False
-    with pytest.raises(TypeError):  # seed is keyword-only
+    with pytest.raises(TypeError):  # seed is keyword-only (after Keras 3's lora_rank,
+        # lora_alpha and quantization_config)
         bl.DenseFlipout(4, None, True, "trainable_normal", "zeros", "normal_kl_divergence",
-                        None, None, None, None, 5)
+                        None, None, None, None, None, None, None, 5)
+
+
+@pytest.mark.parametrize("cls", [c for c, (twin, _) in TWINS.items() if twin is keras.layers.Dense
+                                 and c is not bl.MCDropout], ids=lambda c: c.__name__)
+@pytest.mark.parametrize("name", ["lora_rank", "lora_alpha", "quantization_config"])
+def test_dense_lora_and_quantization_arguments_are_refused(cls, name):
+    """Keras 3's Dense arguments after bias_constraint bind the same names here, and only
+    their default is accepted (LoRA/quantization rewrite a point-estimate kernel)."""
+    with pytest.raises(ValueError, match=f"Expected {name}=None.*Received: {name}=4"):
+        cls(3, **{name: 4})

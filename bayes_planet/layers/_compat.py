@@ -18,19 +18,23 @@ import functools
 import inspect
 
 from bayes_planet._keras import KERAS3, keras, tf
+from bayes_planet.layers.random_variable import RandomVariable
 
 __all__ = [
     "KERAS3",
     "LayerState",
     "NO_AUTOCAST",
     "PosteriorLoss",
+    "RandomVariableOutputs",
     "SEED_COUNTER_KWARGS",
     "add_weight_arguments",
     "add_weight_loss",
     "channels_first",
     "conv_input_and_op",
     "increment",
+    "keep_random_variable_inputs",
     "name_scope",
+    "random_variable_loss",
     "submodules",
     "variable_name",
 ]
@@ -165,3 +169,96 @@ class LayerState:
 
         def load_own_variables(self, store):
             keras.layers.Layer.load_own_variables(self, store)
+
+
+def _symbolic_value(output):
+    """A `RandomVariable` output's symbolic stand-in: the KerasTensor of its value."""
+    if isinstance(output, RandomVariable):
+        return keras.KerasTensor(tuple(output.shape.as_list()), dtype=output.dtype.name)
+    return output
+
+
+class RandomVariableOutputs:
+    """Base of a layer whose ``call`` returns `RandomVariable`s (placed before the Keras class).
+
+    Keras 3 traces ``call`` on symbolic inputs (a functional model's construction) and needs
+    tensors back; the symbolic output is then the KerasTensor of the random variable's value
+    (Keras 2 converts it itself, through the registered tensor conversion). Run on data, the
+    layer (and a model ending in it) returns the `RandomVariable`.
+    """
+
+    if KERAS3:
+        def compute_output_spec(self, *args, **kwargs):
+            return tf.nest.map_structure(_symbolic_value,
+                                         super().compute_output_spec(*args, **kwargs))
+
+
+def keep_random_variable_inputs(layer):
+    """Lets ``layer`` receive `RandomVariable` inputs as they are (call it in ``__init__``).
+
+    Keras 3 converts a layer's array-like inputs to tensors (a `RandomVariable` to its value)
+    and refuses non-tensor positional inputs; a layer that reads its input's distribution
+    (`DenseDVI`, `Discretize`) must see the random variable. Keras 2 passes it unchanged.
+    """
+    if KERAS3:
+        layer._convert_input_args = False  # noqa: SLF001 - Keras 3's switches for exactly this
+        layer._allow_non_tensor_positional_args = True  # noqa: SLF001
+
+
+_RANDOM_VARIABLE_LOSSES = {}
+
+
+def random_variable_loss(fn):
+    """``fn(y_true, y_pred)``, a loss of a model that returns a `RandomVariable`, for ``compile``.
+
+    Keras 2 hands a loss function the model's output as it is: ``fn`` itself. Keras 3 converts
+    predictions to tensors before a loss sees them, so there ``fn`` is wrapped in a
+    `RandomVariableLoss` that hands it the random variable (one instance per ``fn``: a compiled
+    model saved and loaded gets the same object back). ``fn`` must be registered
+    (``keras.saving.register_keras_serializable``) for the compiled model to load.
+    """
+    if not KERAS3:
+        return fn
+    if fn not in _RANDOM_VARIABLE_LOSSES:
+        _RANDOM_VARIABLE_LOSSES[fn] = RandomVariableLoss(fn)
+    return _RANDOM_VARIABLE_LOSSES[fn]
+
+
+if KERAS3:
+    @keras.saving.register_keras_serializable(package="bayes_planet")
+    class RandomVariableLoss(keras.losses.Loss):
+        """Keras 3: the loss ``fn(y_true, y_pred)`` with ``y_pred`` the model's `RandomVariable`
+        (see `random_variable_loss`); reduction and sample weights as any Keras loss."""
+
+        def __init__(self, fn, **kwargs):
+            if isinstance(fn, dict | str):
+                fn = keras.saving.deserialize_keras_object(fn)
+            kwargs.setdefault("name", fn.__name__)
+            super().__init__(**kwargs)
+            self.fn = fn
+            self._prediction = None
+
+        def __call__(self, y_true, y_pred, sample_weight=None):
+            # Keras converts y_pred to a tensor (the value) and calls `call`; `call` reads the
+            # random variable kept here.
+            self._prediction = y_pred
+            try:
+                return super().__call__(y_true, y_pred, sample_weight)
+            finally:
+                self._prediction = None
+
+        def call(self, y_true, y_pred):
+            return self.fn(y_true, y_pred if self._prediction is None else self._prediction)
+
+        def get_config(self):
+            return {**super().get_config(), "fn": keras.saving.serialize_keras_object(self.fn)}
+
+        @classmethod
+        def from_config(cls, config):
+            config = dict(config)
+            fn = keras.saving.deserialize_keras_object(config.pop("fn"))
+            shared = _RANDOM_VARIABLE_LOSSES.get(fn)
+            if shared is not None and shared.get_config() == {
+                    **config, "fn": keras.saving.serialize_keras_object(fn)}:
+                return shared
+            return cls(fn, **config)

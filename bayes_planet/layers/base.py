@@ -28,6 +28,7 @@ from bayes_planet.layers.noise import standard_normal
 __all__ = [
     "BayesianLayer",
     "bayesian_layers",
+    "check_dense_extras",
     "check_positive_int",
     "fixed_noise",
     "moments",
@@ -46,6 +47,21 @@ def check_positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"Expected a positive integer. Received: {name}={value!r}")
     return int(value)
+
+
+def check_dense_extras(lora_rank=None, lora_alpha=None, quantization_config=None):
+    """Checks the arguments that Keras 3's ``Dense`` takes after ``bias_constraint``.
+
+    A Bayesian dense layer takes them in the same positions (so every positional call of
+    the twin binds the same names, on either Keras) and supports only their default, None:
+    Keras' LoRA and quantization rewrite a point-estimate kernel, which these layers do not
+    compute with. Raises ValueError naming the first one set.
+    """
+    for name, value in (("lora_rank", lora_rank), ("lora_alpha", lora_alpha),
+                        ("quantization_config", quantization_config)):
+        if value is not None:
+            raise ValueError(f"Expected {name}=None (Keras' LoRA and quantization do not apply "
+                             f"to this layer's kernel). Received: {name}={value!r}")
 
 
 def _posterior(weight):

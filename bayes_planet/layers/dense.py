@@ -16,6 +16,7 @@ from bayes_planet._keras import keras
 from bayes_planet.layers import estimators, initializers, regularizers
 from bayes_planet.layers.base import (
     BayesianLayer,
+    check_dense_extras,
     check_positive_int,
     moments,
     per_example_sample,
@@ -54,7 +55,9 @@ class _BayesianDense(BayesianLayer, keras.layers.Dense):
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
                  kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 *, seed=None, **kwargs):
+                 lora_rank=None, lora_alpha=None, quantization_config=None, *, seed=None,
+                 **kwargs):
+        check_dense_extras(lora_rank, lora_alpha, quantization_config)
         super().__init__(
             units=check_positive_int("units", units),
             activation=activation,
@@ -143,10 +146,12 @@ class DenseVariationalDropout(DenseLocalReparameterization):
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
                  kernel_regularizer="log_uniform_kl_divergence", bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 *, seed=None, **kwargs):
+                 lora_rank=None, lora_alpha=None, quantization_config=None, *, seed=None,
+                 **kwargs):
         super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
                          kernel_regularizer, bias_regularizer, activity_regularizer,
-                         kernel_constraint, bias_constraint, seed=seed, **kwargs)
+                         kernel_constraint, bias_constraint, lora_rank, lora_alpha,
+                         quantization_config, seed=seed, **kwargs)
 
     def _matmul(self, x, seed, training):
         if training:
@@ -175,10 +180,12 @@ class DenseDVI(_BayesianDense):
                  kernel_initializer="trainable_normal", bias_initializer="zeros",
                  kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
                  activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 *, seed=None, **kwargs):
+                 lora_rank=None, lora_alpha=None, quantization_config=None, *, seed=None,
+                 **kwargs):
         super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
                          kernel_regularizer, bias_regularizer, activity_regularizer,
-                         kernel_constraint, bias_constraint, seed=seed, **kwargs)
+                         kernel_constraint, bias_constraint, lora_rank, lora_alpha,
+                         quantization_config, seed=seed, **kwargs)
         if self.activation not in (keras.activations.linear, keras.activations.relu):
             raise ValueError(
                 "DenseDVI propagates moments in closed form only for activation=None, "

@@ -27,9 +27,10 @@ layer needs the tiled batch convention, so listing it there would break them sil
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import initializers, regularizers
+from bayes_planet.layers import _compat, initializers, regularizers
 from bayes_planet.layers.base import (
     BayesianLayer,
+    check_dense_extras,
     check_positive_int,
     moments,
     per_example,
@@ -101,7 +102,7 @@ def member_rows(batch_size, ensemble_size):
         return tf.identity(rows // ensemble_size)
 
 
-class EnsembleLayer:
+class EnsembleLayer(_compat.LayerState):
     """Mixin for a Keras layer with a shared kernel and per-member factors and biases.
 
     Placed before the Keras class (``Dense``, ``Conv1D``, ``Conv2D``), whose ``build``
@@ -313,9 +314,11 @@ class _EnsembleDense(EnsembleLayer, keras.layers.Dense):
     def __init__(self, units, activation=None, use_bias=True,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros",
                  kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *,
+                 kernel_constraint=None, bias_constraint=None, lora_rank=None,
+                 lora_alpha=None, quantization_config=None, *,
                  ensemble_size=ENSEMBLE_SIZE, alpha_initializer, gamma_initializer,
                  alpha_regularizer=None, gamma_regularizer=None, **kwargs):
+        check_dense_extras(lora_rank, lora_alpha, quantization_config)
         super().__init__(
             units=check_positive_int("units", units),
             activation=activation,
@@ -371,14 +374,16 @@ class DenseRank1(Rank1Ensemble, _EnsembleDense):
     def __init__(self, units, activation=None, use_bias=True,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros",
                  kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *,
+                 kernel_constraint=None, bias_constraint=None, lora_rank=None,
+                 lora_alpha=None, quantization_config=None, *,
                  ensemble_size=ENSEMBLE_SIZE, alpha_initializer=RANK1_POSTERIOR,
                  gamma_initializer=RANK1_POSTERIOR, alpha_regularizer=RANK1_PRIOR,
                  gamma_regularizer=RANK1_PRIOR, use_additive_perturbation=False,
                  sampling="per_example", seed=None, **kwargs):
         super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
                          kernel_regularizer, bias_regularizer, activity_regularizer,
-                         kernel_constraint, bias_constraint, ensemble_size=ensemble_size,
+                         kernel_constraint, bias_constraint, lora_rank, lora_alpha,
+                         quantization_config, ensemble_size=ensemble_size,
                          alpha_initializer=alpha_initializer,
                          gamma_initializer=gamma_initializer,
                          alpha_regularizer=alpha_regularizer,
@@ -404,12 +409,14 @@ class DenseBatchEnsemble(BatchEnsemble, _EnsembleDense):
     def __init__(self, units, activation=None, use_bias=True,
                  kernel_initializer="glorot_uniform", bias_initializer="zeros",
                  kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *,
+                 kernel_constraint=None, bias_constraint=None, lora_rank=None,
+                 lora_alpha=None, quantization_config=None, *,
                  ensemble_size=ENSEMBLE_SIZE, alpha_initializer=FAST_WEIGHTS,
                  gamma_initializer=FAST_WEIGHTS, **kwargs):
         super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
                          kernel_regularizer, bias_regularizer, activity_regularizer,
-                         kernel_constraint, bias_constraint, ensemble_size=ensemble_size,
+                         kernel_constraint, bias_constraint, lora_rank, lora_alpha,
+                         quantization_config, ensemble_size=ensemble_size,
                          alpha_initializer=point_initializer("alpha_initializer",
                                                              alpha_initializer),
                          gamma_initializer=point_initializer("gamma_initializer",

@@ -22,10 +22,9 @@ Registry: the ``'conv1d_ensemble'`` (``'rank1'``) and ``'conv2d_ensemble'`` (``'
 batches).
 """
 
-import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import regularizers
+from bayes_planet.layers import _compat, regularizers
 from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.ensemble import (
     ENSEMBLE_SIZE,
@@ -90,12 +89,11 @@ class _EnsembleConv(EnsembleLayer):
 
     @property
     def _channel_axis(self):
-        return 1 if self._channels_first else -1
+        return 1 if _compat.channels_first(self) else -1
 
     def _linear(self, x, kernel):
-        if self._is_causal:
-            x = tf.pad(x, self._compute_causal_padding(x))
-        return self.convolution_op(x, kernel)
+        x, op = _compat.conv_input_and_op(self, x)
+        return op(x, kernel)
 
 
 class _Rank1Conv(Rank1Ensemble, _EnsembleConv):

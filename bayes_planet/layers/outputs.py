@@ -31,6 +31,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
+from bayes_planet.layers import _compat
 from bayes_planet.layers.base import BayesianLayer, check_positive_int, per_example_sample
 from bayes_planet.layers.random_variable import RandomVariable
 
@@ -67,9 +68,14 @@ def negative_log_likelihood(y_true, y_pred):
     """Keras loss for a model whose output is a `RandomVariable`: ``-log p(y_true)``.
 
     ``model.compile(loss=bl.negative_log_likelihood)``; being registered, it survives
-    ``model.save``/``load_model`` with the compiled loss (a lambda would not).
+    ``model.save``/``load_model`` with the compiled loss (a lambda would not). On Keras 3 the
+    name is a `keras.losses.Loss` that hands this function the random variable
+    (`_compat.random_variable_loss`).
     """
     return -y_pred.distribution.log_prob(y_true)
+
+
+negative_log_likelihood = _compat.random_variable_loss(negative_log_likelihood)
 
 
 def straight_through(sample, surrogate):
@@ -95,7 +101,7 @@ def _check_positive_float(name, value):
     return float(value)
 
 
-class _DistributionLayer(BayesianLayer, keras.layers.Layer):
+class _DistributionLayer(BayesianLayer, _compat.RandomVariableOutputs, keras.layers.Layer):
     """Base: optional linear projection to ``units * _params_per_unit`` outputs."""
 
     _params_per_unit = 1
@@ -485,7 +491,7 @@ class DiscretizedDistribution(tfd.Distribution):
 
 
 @_register
-class Discretize(BayesianLayer, keras.layers.Layer):
+class Discretize(BayesianLayer, _compat.RandomVariableOutputs, keras.layers.Layer):
     """Discretizes a continuous `RandomVariable` into ``num_bins`` integer levels.
 
     The output distribution's ``log_prob(k)`` is the input distribution's mass over
@@ -513,6 +519,7 @@ class Discretize(BayesianLayer, keras.layers.Layer):
         self.high = None if high is None else float(high)
         DiscretizedDistribution(tfd.Normal(0.0, 1.0), self.num_bins, self._low, high)
         self._init_seed(seed)
+        _compat.keep_random_variable_inputs(self)
 
     @property
     def _low(self):

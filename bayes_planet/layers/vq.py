@@ -21,6 +21,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
+from bayes_planet.layers import _compat
 from bayes_planet.layers.base import check_positive_int, multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
 
@@ -46,7 +47,7 @@ def codebook_usage(codes, num_codes):
 
 
 @_register
-class VectorQuantizer(keras.layers.Layer):
+class VectorQuantizer(_compat.RandomVariableOutputs, keras.layers.Layer):
     """Nearest-neighbour quantization with a straight-through gradient.
 
     Args:
@@ -89,16 +90,16 @@ class VectorQuantizer(keras.layers.Layer):
         # Never autocast: distances and EMA updates need the variable dtype.
         self.codebook = self.add_weight(name="codebook", shape=[self.num_codes, dim],
                                         initializer=self.codebook_initializer,
-                                        trainable=not self.ema, experimental_autocast=False)
+                                        trainable=not self.ema, **_compat.NO_AUTOCAST)
         if self.ema:
             self.ema_count = self.add_weight(name="ema_count", shape=[self.num_codes],
                                              initializer="ones", trainable=False,
-                                             experimental_autocast=False)
+                                             **_compat.NO_AUTOCAST)
             # Sum of assigned vectors; starts at the codebook (with counts of one).
             self.ema_sum = self.add_weight(
                 name="ema_sum", shape=[self.num_codes, dim], trainable=False,
                 initializer=lambda shape, dtype=None: tf.identity(self.codebook),
-                experimental_autocast=False)
+                **_compat.NO_AUTOCAST)
         super().build(input_shape)
 
     def encode(self, inputs):
