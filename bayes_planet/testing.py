@@ -22,10 +22,14 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet._keras import KERAS3, keras
-from bayes_planet.layers._compat import variable_name
+from bayes_planet.layers._compat import not_ported_family, submodules, variable_name, weight_losses
 
-__all__ = ["CellRNN", "SelfAttention", "check_distinct_initial_weights", "run_layer_test",
-           "save_saved_model", "to_tensor"]
+# Stack-neutral views for tests (Keras 2 and Keras 3 differ: `bayes_planet.layers._compat`):
+# `submodules(module)` the layers inside a layer/model; `weight_losses(module)` its distribution
+# weights' KL terms, computed now; `not_ported_family(cls)` the family of a layer class not yet
+# on Keras 3 (None if it runs here).
+__all__ = ["CellRNN", "SelfAttention", "check_distinct_initial_weights", "not_ported_family",
+           "run_layer_test", "save_saved_model", "submodules", "to_tensor", "weight_losses"]
 
 
 def to_tensor(x):

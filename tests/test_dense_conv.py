@@ -187,7 +187,13 @@ def test_stacked_dvi_propagates_a_random_variable():
     rv = model(x)
     assert isinstance(rv, bl.RandomVariable)
     assert rv.distribution.mean().shape == (2, 2)
-    assert np.all(rv.distribution.variance().numpy() > 0)
+    # The second layer reads the first's distribution (not just its value): the closed form
+    # Var = μ² @ σ² + Var_x @ (M² + σ²) (deterministic zero bias).
+    hidden = model.layers[0](x).distribution
+    loc, scale = (t.numpy() for t in model.layers[1].kernel.moments())
+    mean, var = hidden.mean().numpy(), hidden.variance().numpy()
+    np.testing.assert_allclose(rv.distribution.variance().numpy(),
+                               mean**2 @ scale**2 + var @ (loc**2 + scale**2), rtol=1e-5)
 
 
 @pytest.mark.parametrize("cls", DENSE + CONV2D, ids=lambda c: c.__name__)

@@ -8,6 +8,7 @@ rest of the suite is the Keras 2 test.
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -18,6 +19,7 @@ import tensorflow as tf
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import KERAS3, TF_VERSION, keras
+from bayes_planet.layers._compat import NOT_PORTED, NotPortedError
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -79,6 +81,20 @@ def test_layers_are_native_keras3_layers():
     model = keras3.Sequential([keras3.Input((5,)), layer, keras3.layers.Dense(3)])
     assert model(np.ones((2, 5), "float32")).shape == (2, 3)
     assert len(model.losses) == 1 and float(model.losses[0]) > 0
+
+
+@keras3_only
+@pytest.mark.parametrize("family", sorted(NOT_PORTED))
+def test_families_not_yet_ported_fail_in_one_clear_line(family):
+    """Every class of a family not yet on Keras 3 refuses to be built, naming itself, its
+    family and the ways to run it on Keras 2 (never a layer that is silently wrong)."""
+    import bayes_planet.layers  # noqa: F401 - every family registered
+
+    for cls in NOT_PORTED[family]:
+        with pytest.raises(NotPortedError, match=(
+                rf"^{cls.__name__}: {re.escape(family)} are not yet ported to Keras 3 "
+                r"\(#28 phase 2\)\. Use them with Keras 2: .*TF_USE_LEGACY_KERAS=1")):
+            cls()
 
 
 def _fig4_cnn():

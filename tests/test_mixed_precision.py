@@ -16,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 from bayes_planet._keras import keras
+from bayes_planet.testing import weight_losses
 
 POLICIES = ["mixed_float16", "mixed_bfloat16"]
 CASES = cases_lib.case_names()
@@ -44,11 +45,6 @@ def _params():
             yield pytest.param(name, policy, id=f"{name}-{policy}")
 
 
-def _kl_losses(model):
-    """The KL regularizers' terms (callable losses of Bayesian layers' weights)."""
-    return [loss for layer in model.submodules for loss in getattr(layer, "_callable_losses", ())]
-
-
 @pytest.mark.parametrize(("name", "policy"), list(_params()), indirect=["policy"])
 def test_layer_family_under_mixed_precision(name, policy):
     case = cases_lib.case(name)
@@ -67,7 +63,7 @@ def test_layer_family_under_mixed_precision(name, policy):
     assert model.trainable_variables
     assert all(v.dtype == tf.float32 for v in model.trainable_variables), [
         (v.name, v.dtype) for v in model.trainable_variables if v.dtype != tf.float32]
-    for kl in [fn() for fn in _kl_losses(model)]:
+    for kl in weight_losses(model):
         assert kl.dtype == tf.float32 and np.isfinite(float(kl)), kl
     assert data.dtype == tf.float32 and np.isfinite(float(loss)), float(loss)
     for v, g in zip(model.trainable_variables, grads, strict=True):

@@ -120,8 +120,8 @@ OTHER_STACK_PYTHON = os.environ.get("BAYES_PLANET_OTHER_STACK_PYTHON")
 
 
 def _cross_stack(python, command, directory):
-    # Not inherited: bayes_planet._keras sets TF_USE_LEGACY_KERAS here on TF >= 2.16, and TF 2.15
-    # would then look for tf-keras.
+    # Not inherited: TF_USE_LEGACY_KERAS (if this process has it) would make TF 2.15 look for
+    # tf-keras, and choose Keras 2 on TF >= 2.16.
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     result = subprocess.run([python, "-m", "tests._cross_stack", command, str(directory)],
                             capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
+from bayes_planet.testing import not_ported_family
 
 # Bayesian layer -> (Keras twin, input shape for a call).
 TWINS = {
@@ -97,13 +98,20 @@ PAIR_PROBES = {keras.layers.MultiHeadAttention: {"output_shape": None, "dropout"
                keras.layers.Dropout: {"rate": 0.3, "noise_shape": None, "seed": 3}}
 
 
+# Where the Keras layer classes live (keras.src.layers.*: Keras 2.15 and Keras 3).
+KERAS_LAYERS = keras.layers.Dense.__module__.split(".layers.")[0] + ".layers."
+
+
 def _params(cls):
     return list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
 
 
 def _cases():
     for ours, (twin, shape) in TWINS.items():
-        yield pytest.param(ours, twin, shape, id=ours.__name__)
+        family = not_ported_family(ours)
+        marks = [pytest.mark.skip(reason=f"Keras 3: {family} not yet ported (#28 phase 2)")
+                 ] if family else []
+        yield pytest.param(ours, twin, shape, id=ours.__name__, marks=marks)
 
 
 def test_every_bayesian_keras_twin_is_covered():
@@ -113,8 +121,8 @@ def test_every_bayesian_keras_twin_is_covered():
         cls = getattr(bl, name)
         if not (isinstance(cls, type) and issubclass(cls, bl.BayesianLayer)):
             continue
-        twins = [base for base in cls.__mro__[1:]
-                 if base.__module__.startswith("keras.src.layers.")]
+        twins = [base for base in cls.__mro__[1:]  # Keras layer classes, not the base Layer
+                 if base.__module__.startswith(KERAS_LAYERS) and base is not keras.layers.Layer]
         if twins and cls not in TWINS:
             missing.append((name, twins[0].__name__))
     assert not missing, missing

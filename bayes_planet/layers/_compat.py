@@ -23,8 +23,11 @@ from bayes_planet.layers.random_variable import RandomVariable
 __all__ = [
     "KERAS3",
     "LayerState",
+    "NOT_PORTED",
     "NO_AUTOCAST",
+    "NotPortedError",
     "PosteriorLoss",
+    "RandomVariableInputs",
     "RandomVariableOutputs",
     "SEED_COUNTER_KWARGS",
     "add_weight_arguments",
@@ -32,11 +35,13 @@ __all__ = [
     "channels_first",
     "conv_input_and_op",
     "increment",
-    "keep_random_variable_inputs",
+    "keras2_only",
     "name_scope",
+    "not_ported_family",
     "random_variable_loss",
     "submodules",
     "variable_name",
+    "weight_losses",
 ]
 
 #: ``add_weight`` keyword arguments of a variable that is never autocast (mixed precision).
@@ -107,6 +112,15 @@ def add_weight_loss(layer, name, regularizer, posterior):
     variables = posterior.weights
     if variables:  # else a constant KL: no term (module docstring).
         variables[0].regularizer = PosteriorLoss(name, regularizer, posterior)
+
+
+def weight_losses(module):
+    """The losses of the distribution weights in ``module`` (the KL terms), computed now."""
+    layers = [module] + submodules(module)
+    if not KERAS3:
+        return [fn() for layer in layers for fn in getattr(layer, "_callable_losses", ())]
+    variables = {id(v): v for layer in layers for v in getattr(layer, "weights", ())}
+    return [v.regularizer(v) for v in variables.values() if isinstance(v.regularizer, PosteriorLoss)]
 
 
 def increment(variable):
@@ -193,16 +207,27 @@ class RandomVariableOutputs:
                                          super().compute_output_spec(*args, **kwargs))
 
 
-def keep_random_variable_inputs(layer):
-    """Lets ``layer`` receive `RandomVariable` inputs as they are (call it in ``__init__``).
+class RandomVariableInputs:
+    """Base of a layer that reads its input's distribution when the input is a `RandomVariable`
+    (`DenseDVI`, `Discretize`; placed before the Keras class).
 
-    Keras 3 converts a layer's array-like inputs to tensors (a `RandomVariable` to its value)
-    and refuses non-tensor positional inputs; a layer that reads its input's distribution
-    (`DenseDVI`, `Discretize`) must see the random variable. Keras 2 passes it unchanged.
+    Keras 2 passes a random variable to ``call`` as it is. Keras 3 converts a layer's array-like
+    inputs to tensors (a random variable to its value), refuses other positional inputs, and
+    builds a layer from its tensor inputs' shapes only; here a `RandomVariable` input reaches
+    ``call`` unconverted and builds the layer from its shape, and any other input is converted
+    to a tensor as Keras would.
     """
+
     if KERAS3:
-        layer._convert_input_args = False  # noqa: SLF001 - Keras 3's switches for exactly this
-        layer._allow_non_tensor_positional_args = True  # noqa: SLF001
+        def __call__(self, inputs, *args, **kwargs):
+            self._convert_input_args = False  # noqa: SLF001 - Keras 3's switches for this
+            self._allow_non_tensor_positional_args = True  # noqa: SLF001
+            if isinstance(inputs, RandomVariable):
+                if not self.built:
+                    self.build(tuple(inputs.shape.as_list()))
+            elif not (tf.is_tensor(inputs) or isinstance(inputs, keras.KerasTensor)):
+                inputs = tf.convert_to_tensor(inputs)
+            return super().__call__(inputs, *args, **kwargs)
 
 
 _RANDOM_VARIABLE_LOSSES = {}
@@ -262,3 +287,42 @@ if KERAS3:
                     **config, "fn": keras.saving.serialize_keras_object(fn)}:
                 return shared
             return cls(fn, **config)
+
+
+class NotPortedError(NotImplementedError):
+    """A layer family that does not run on Keras 3 yet (issue #28, phase 2)."""
+
+
+#: ``{family: [classes]}`` of the families marked `keras2_only`: not yet on Keras 3.
+NOT_PORTED = {}
+
+
+def keras2_only(family):
+    """Class decorator: on Keras 3, constructing the class (or a subclass) raises
+    `NotPortedError` naming ``family`` and the ways to run it on Keras 2; on Keras 2 the class
+    is unchanged."""
+    def decorate(cls):
+        NOT_PORTED.setdefault(family, []).append(cls)
+        if not KERAS3:
+            return cls
+
+        def __init__(self, *args, **kwargs):  # no functools.wraps: Keras 3 reads this signature
+            raise NotPortedError(
+                f"{type(self).__name__}: {family} are not yet ported to Keras 3 (#28 phase 2). "
+                "Use them with Keras 2: TensorFlow 2.15, or tf-keras with TF_USE_LEGACY_KERAS=1 "
+                "set before TensorFlow is imported.")
+
+        __init__.not_ported_family = family
+        cls.__init__ = __init__
+        return cls
+
+    return decorate
+
+
+def not_ported_family(cls):
+    """The family of a layer class that cannot be built on this Keras (`keras2_only`), or None."""
+    for base in cls.__mro__:
+        family = getattr(vars(base).get("__init__"), "not_ported_family", None)
+        if family is not None:
+            return family
+    return None

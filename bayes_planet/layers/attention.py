@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import estimators, initializers, regularizers
+from bayes_planet.layers import _compat, estimators, initializers, regularizers
 from bayes_planet.layers.base import BayesianLayer, sample_weight, split_seed
 from bayes_planet.layers.initializers import DistributionInitializer
 
@@ -63,6 +63,7 @@ def flat_plan(equation):
     return k, len(kernel_out)
 
 
+@_compat.keras2_only("attention layers")
 class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
     """EinsumDense with a distribution over its kernel; subclasses set ``_estimator``.
 
@@ -178,6 +179,7 @@ _KERAS_ROBUST_MASKING = "softmax_robust_masking" in inspect.signature(
     keras.layers.MultiHeadAttention.__init__).parameters
 
 
+@_compat.keras2_only("attention layers")
 class BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
     """MultiHeadAttention with Bayesian projections; subclasses set ``_dense_cls``.
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import estimators, initializers, regularizers
+from bayes_planet.layers import _compat, estimators, initializers, regularizers
 from bayes_planet.layers.base import (
     BayesianLayer,
     check_dense_extras,
@@ -164,7 +164,7 @@ class DenseVariationalDropout(DenseLocalReparameterization):
 
 
 @_register
-class DenseDVI(_BayesianDense):
+class DenseDVI(_compat.RandomVariableInputs, _BayesianDense):
     """Deterministic variational inference by moment propagation (Wu et al., 2018).
 
     Instead of sampling, propagates the mean and variance of the pre-activation in

@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import initializers, regularizers
+from bayes_planet.layers import _compat, initializers, regularizers
 from bayes_planet.layers.attention import BayesianMultiHeadAttention, flat_plan
 from bayes_planet.layers.base import BayesianLayer, check_positive_int, split_seed
 from bayes_planet.layers.ensemble import (
@@ -47,6 +47,7 @@ __all__ = ["EinsumDenseRank1", "MultiHeadAttentionRank1"]
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
+@_compat.keras2_only("attention layers")
 @_register
 class EinsumDenseRank1(BayesianLayer, keras.layers.EinsumDense):
     """Rank-1 Bayesian `keras.layers.EinsumDense` (see the module docstring).

@@ -90,6 +90,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet import seeds
 from bayes_planet._keras import keras
+from bayes_planet.layers import _compat
 from bayes_planet.layers.base import BayesianLayer, check_positive_int, per_example
 from bayes_planet.layers.ensemble import member_rows
 from bayes_planet.layers.random_variable import RandomVariable
@@ -237,6 +238,7 @@ def _check_model(name, model, output):
     return model
 
 
+@_compat.keras2_only("ensemble models (EnsembleModel, MonteCarloModel, DeepEnsemble, MCDropout)")
 class _Ensemble(BayesianLayer, keras.Model):
     """Base: ``_members(x, training)`` (a list of per-member outputs) -> their predictive."""
 
@@ -368,6 +370,7 @@ class MonteCarloModel(_Tiled):
         return config
 
 
+@_compat.keras2_only("ensemble models (EnsembleModel, MonteCarloModel, DeepEnsemble, MCDropout)")
 @_register
 class MCDropout(BayesianLayer, keras.layers.Dropout):
     """Dropout that is on in training and at inference: Monte Carlo dropout's layer.
@@ -423,7 +426,7 @@ def _swap_dropout(model, seed):
                          f"model; build a subclassed model with bl.MCDropout and wrap it in "
                          f"bl.MonteCarloModel. Received: model={type(model).__name__}")
     twin = keras.models.clone_model(model, clone_function=clone)
-    if any(_is_plain_dropout(layer) for layer in twin.submodules):
+    if any(_is_plain_dropout(layer) for layer in _compat.submodules(twin)):
         raise ValueError("mc_dropout swaps the Dropout layers of the model's own layers, not "
                          "those inside nested models: use bl.MCDropout there. Received: "
                          f"model={model.name!r}")
@@ -448,7 +451,7 @@ def mc_dropout(model, num_samples, *, output=DEFAULT_OUTPUT, seed=None):
     """
     num_samples = check_positive_int("num_samples", num_samples)
     _check_model("model", model, _check_output(output))
-    layers = [layer for layer in model.submodules if isinstance(layer, keras.layers.Dropout)]
+    layers = [layer for layer in _compat.submodules(model) if isinstance(layer, keras.layers.Dropout)]
     if not layers:
         raise ValueError(f"Expected a model with Dropout layers. Received: model={model.name!r} "
                          "without any")

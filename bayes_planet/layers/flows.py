@@ -28,7 +28,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import initializers
+from bayes_planet.layers import _compat, initializers
 from bayes_planet.layers.base import check_positive_int, multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
 
@@ -132,6 +132,7 @@ def transform_random_variable(layer, inputs):
     return RandomVariable(dist, value=lambda: _forward(layer, tf.convert_to_tensor(inputs)))
 
 
+@_compat.keras2_only("flows and reversible layers")
 class ReversibleLayer(keras.layers.Layer):
     """Base class of flows: implement ``forward``, ``reverse``, ``log_det_jacobian``.
 
@@ -362,6 +363,7 @@ def _degrees(order, dim, seed):
     return order + 1
 
 
+@_compat.keras2_only("flows and reversible layers")
 @_register
 class MADE(keras.layers.Layer):
     """Masked autoencoder for distribution estimation (Germain et al., 2015).

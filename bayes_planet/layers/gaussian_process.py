@@ -31,7 +31,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import initializers, kernels, regularizers, tracing
+from bayes_planet.layers import _compat, initializers, kernels, regularizers, tracing
 from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.base import (
     BayesianLayer,
@@ -60,6 +60,7 @@ def _add_diag(matrix, value):
     return tf.linalg.set_diag(matrix, tf.linalg.diag_part(matrix) + value)
 
 
+@_compat.keras2_only("Gaussian processes")
 class _GaussianProcessBase(BayesianLayer, keras.layers.Layer):
     """Shared arguments: ``units``, ``mean_fn``, ``covariance_fn``, ``jitter``, ``seed``."""
 
@@ -344,6 +345,7 @@ def _constant(array):
     return init
 
 
+@_compat.keras2_only("Gaussian processes")
 @_register
 class TrainableMultivariateNormal(DistributionInitializer):
     """Full-covariance normal over the last axis: ``q = N(loc, S Sᵀ)`` per leading index.

@@ -491,7 +491,8 @@ class DiscretizedDistribution(tfd.Distribution):
 
 
 @_register
-class Discretize(BayesianLayer, _compat.RandomVariableOutputs, keras.layers.Layer):
+class Discretize(_compat.RandomVariableInputs, BayesianLayer, _compat.RandomVariableOutputs,
+                 keras.layers.Layer):
     """Discretizes a continuous `RandomVariable` into ``num_bins`` integer levels.
 
     The output distribution's ``log_prob(k)`` is the input distribution's mass over
@@ -519,7 +520,6 @@ class Discretize(BayesianLayer, _compat.RandomVariableOutputs, keras.layers.Laye
         self.high = None if high is None else float(high)
         DiscretizedDistribution(tfd.Normal(0.0, 1.0), self.num_bins, self._low, high)
         self._init_seed(seed)
-        _compat.keep_random_variable_inputs(self)
 
     @property
     def _low(self):

@@ -18,7 +18,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import tracing
+from bayes_planet.layers import _compat, tracing
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
 
 tfd = tfp.distributions
@@ -102,6 +102,7 @@ class GridPoissonProcess(tfd.Distribution):
         return self._expected_counts()
 
 
+@_compat.keras2_only("point processes")
 @_register
 class PoissonProcess(BayesianLayer, keras.layers.Layer):
     """Poisson point-process output layer on a box, rate piecewise constant on a grid.

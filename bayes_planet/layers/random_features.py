@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import kernels, regularizers
+from bayes_planet.layers import _compat, kernels, regularizers
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
 from bayes_planet.layers.dense import DenseLocalReparameterization
 from bayes_planet.layers.initializers import DistributionInitializer
@@ -77,6 +77,7 @@ def fourier_features(x, covariance_fn, frequencies, phases, scale=True):
     return amplitude * tf.cos(proj)
 
 
+@_compat.keras2_only("SNGP and random-feature layers")
 @_register
 class RandomFourierFeatures(keras.layers.Layer):
     """GP layer via random Fourier features and a Bayesian linear output.

@@ -41,7 +41,7 @@ import weakref
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import estimators, initializers, regularizers
+from bayes_planet.layers import _compat, estimators, initializers, regularizers
 from bayes_planet.layers.base import (
     BayesianLayer,
     check_positive_int,
@@ -158,6 +158,7 @@ def _draw_weight(estimator, weight, seed, dtype, num_samples):
                      f"Received: _estimator={name!r}")
 
 
+@_compat.keras2_only("recurrent cells")
 class _BayesianCell(BayesianLayer):
     """Shared sampling machinery of the Bayesian cells (mixed in before the Keras cell).
 

@@ -89,6 +89,7 @@ def mean_field_logits(logits, variance, mean_field_factor=MEAN_FIELD_FACTOR):
     return logits / tf.sqrt(1.0 + tf.constant(factor, logits.dtype) * variance)
 
 
+@_compat.keras2_only("SNGP and random-feature layers")
 @_register
 class RandomFeatureGaussianProcess(keras.layers.Layer):
     """Random-feature GP output layer with a Laplace posterior covariance (SNGP).

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from bayes_planet import seeds
 from bayes_planet._keras import keras
+from bayes_planet.layers import _compat
 from bayes_planet.layers.base import check_positive_int
 
 __all__ = ["SpectralNormalization", "SpectralNormalizationConv2D"]
@@ -49,6 +50,7 @@ def _check_seed(seed):
     return seed
 
 
+@_compat.keras2_only("SNGP and random-feature layers")
 @_register
 class SpectralNormalization(keras.layers.Wrapper):
     """Bounds the spectral norm of a layer's kernel by ``norm_multiplier`` (SNGP).

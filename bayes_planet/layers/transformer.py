@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.layers import regularizers
+from bayes_planet.layers import _compat, regularizers
 from bayes_planet.layers.base import check_positive_int
 
 __all__ = ["PositionEmbedding", "TransformerBlock", "build_transformer"]
@@ -58,6 +58,7 @@ def _sub_seed(seed, name):
     return None if seed is None else zlib.crc32(f"{seed}/{name}".encode()) % (2**31 - 1)
 
 
+@_compat.keras2_only("attention layers")
 @_register
 class TransformerBlock(keras.layers.Layer):
     """Self-attention + feed-forward block with residuals and layer norm (post-norm).
@@ -197,6 +198,7 @@ class TransformerBlock(keras.layers.Layer):
         return config
 
 
+@_compat.keras2_only("attention layers")
 @_register
 class PositionEmbedding(keras.layers.Layer):
     """Adds a learned position embedding: ``x[:, t] + P[t]`` for ``t < max_length``.
