@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from bayes_planet import distribute
+from bayes_planet._keras import KERAS3
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "_distribute_scripts.py")
@@ -27,6 +28,11 @@ from _distribute_scripts import (  # noqa: E402  (pytest puts tests/ on the path
     FIT_CASES,
     MULTI_WORKER_CASES,
 )
+
+# Keras 3: tf.distribute (MirroredStrategy, the per-replica noise counter, fit under a strategy)
+# is not ported yet; the layers' contracts run on Keras 3 elsewhere.
+pytestmark = pytest.mark.skipif(KERAS3, reason="Keras 3: tf.distribute with the Bayesian layers "
+                                "is not yet ported (#28 phase 2)")
 
 TIMEOUT = 1500  # seconds; generous for a loaded machine (about 60 s of CPU when idle)
 RTOL, ATOL = 2e-5, 2e-6

@@ -112,7 +112,9 @@ class _Heteroscedastic(keras.Model):
     """Bayesian hidden layer + a Normal output layer (a RandomVariable output)."""
 
     def __init__(self):
-        super().__init__()
+        # Named: Keras 3 would name it "__heteroscedastic" after the class, which SavedModel
+        # refuses as a variable scope.
+        super().__init__(name="heteroscedastic")
         self.hidden = bl.DenseFlipout(8, activation="relu", seed=3)
         self.head = Normal(units=1, seed=4)
 
