@@ -10,6 +10,7 @@ included), gradients to every trainable variable across two separate
 that hands one initializer to several weights gets each its own draw).
 """
 
+import contextlib
 import copy
 import inspect
 import itertools
@@ -23,13 +24,18 @@ import tensorflow as tf
 
 from bayes_planet._keras import KERAS3, keras
 from bayes_planet.layers._compat import not_ported_family, submodules, variable_name, weight_losses
+from bayes_planet.layers.base import moments
+from bayes_planet.layers.initializers import TrainableRandomSignNormal
 
 # Stack-neutral views for tests (Keras 2 and Keras 3 differ: `bayes_planet.layers._compat`):
 # `submodules(module)` the layers inside a layer/model; `weight_losses(module)` its distribution
 # weights' KL terms, computed now; `not_ported_family(cls)` the family of a layer class not yet
 # on Keras 3 (None if it runs here).
-__all__ = ["CellRNN", "SelfAttention", "check_distinct_initial_weights", "not_ported_family",
-           "run_layer_test", "save_saved_model", "submodules", "to_tensor", "weight_losses"]
+__all__ = ["CellRNN", "SelfAttention", "check_batch_checked_at_run_time",
+           "check_distinct_initial_weights", "check_gradients", "check_mixed_precision_fit",
+           "factor_means", "global_policy", "normal_array", "normal_kl", "not_ported_family",
+           "run_layer_test", "save_saved_model", "submodules", "to_tensor", "weight_losses",
+           "wide_factors"]
 
 
 def to_tensor(x):
@@ -37,11 +43,15 @@ def to_tensor(x):
     return [tf.convert_to_tensor(t) for t in tf.nest.flatten(x)]
 
 
+def normal_array(*shape, seed=0, dtype="float32"):
+    """A standard-normal numpy array of ``shape`` from ``np.random.default_rng(seed)``."""
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
 def _inputs(input_shape, input_data, dtype, seed):
     if input_data is not None:
         return input_data
-    rng = np.random.default_rng(seed)
-    return rng.standard_normal(input_shape).astype(dtype)
+    return normal_array(*input_shape, seed=seed, dtype=dtype)
 
 
 def run_layer_test(
@@ -274,3 +284,82 @@ def _check_fit(model, x, loss):
     model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss)
     history = model.fit(x, tf.zeros_like(y), epochs=1, batch_size=len(y), verbose=0)
     assert np.isfinite(history.history["loss"][0]), f"fit loss {history.history['loss']}"
+
+
+# Helpers of the ensemble-layer tests (rank-1, BatchEnsemble) ----------------------------
+
+
+def factor_means(layer, names=("alpha", "gamma")):
+    """The factors ``layer.<name>`` as numpy arrays at their means: a rank-1 posterior's
+    mean, a BatchEnsemble fast weight itself (what `posterior_mean` computes with)."""
+    return [moments(getattr(layer, name), tf.float32)[0].numpy() for name in names]
+
+
+def wide_factors(names=("alpha", "gamma"), stddev=0.3):
+    """``{<name>_initializer: TrainableRandomSignNormal}`` with posterior stddev ``stddev``
+    (instead of the default ≈ 0.03), so that sampling shows in the outputs."""
+    return {f"{name}_initializer": TrainableRandomSignNormal(
+        stddev_initializer=keras.initializers.Constant(np.log(stddev))) for name in names}
+
+
+def normal_kl(weights, loc=1.0, scale=0.1):
+    """Closed-form KL of each normal posterior weight (``w.loc()``, ``w.scale()``) to
+    N(loc, scale²), summed over the weight's entries: a list of floats (tfp's KL)."""
+    import tensorflow_probability as tfp
+    prior = tfp.distributions.Normal(loc, scale)
+    return [float(tf.reduce_sum(tfp.distributions.kl_divergence(
+        tfp.distributions.Normal(w.loc(), w.scale()), prior))) for w in weights]
+
+
+@contextlib.contextmanager
+def global_policy(name):
+    """Sets Keras' global dtype policy (e.g. ``'mixed_float16'``) in the block, float32 after."""
+    keras.mixed_precision.set_global_policy(name)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def check_mixed_precision_fit(model, x, y):
+    """Under a mixed policy: the model computes in the policy's compute dtype, its
+    variables and losses stay float32 (losses finite), and a Keras ``fit`` step (SGD;
+    Keras adds loss scaling for float16) has a finite loss."""
+    compute = keras.mixed_precision.global_policy().compute_dtype
+    out = model(x)
+    assert out.dtype == compute, f"output dtype {out.dtype} != {compute}"
+    assert all(v.dtype == tf.float32 for v in model.trainable_variables)
+    for loss in model.losses:
+        assert loss.dtype == tf.float32 and np.isfinite(float(loss)), loss
+    model.compile(keras.optimizers.SGD(1e-3), "mse")
+    history = model.fit(x, y, batch_size=len(x), epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0]), history.history
+
+
+def check_gradients(loss_fn, variables, nonzero=True):
+    """The gradient of ``loss_fn()`` reaches every variable in ``variables``: not None,
+    finite and (with ``nonzero``) not all zero."""
+    with tf.GradientTape() as tape:
+        loss = loss_fn()
+    grads = tape.gradient(loss, variables)
+    for v, g in zip(variables, grads, strict=True):
+        assert g is not None, f"no gradient for {v.name}"
+        g = np.asarray(tf.cast(tf.convert_to_tensor(g), tf.float32))
+        assert np.all(np.isfinite(g)), f"non-finite gradient for {v.name}"
+        assert not nonzero or np.abs(g).max() > 0, f"zero gradient for {v.name}"
+
+
+def check_batch_checked_at_run_time(layer, shape, ensemble_size):
+    """``layer`` traced with an unknown batch size (input ``[None, *shape]``): a batch of
+    ``2·ensemble_size`` rows runs, one of ``2·ensemble_size - 2`` raises the run-time
+    "divisible by ensemble_size" error. Returns the first output."""
+    fn = tf.function(layer, input_signature=[tf.TensorSpec([None, *shape])])
+    out = fn(tf.zeros([2 * ensemble_size, *shape]))
+    assert out.shape[0] == 2 * ensemble_size, out.shape
+    try:
+        fn(tf.zeros([2 * ensemble_size - 2, *shape]))
+    except tf.errors.InvalidArgumentError as error:
+        assert f"divisible by ensemble_size={ensemble_size}" in str(error), str(error)
+    else:
+        raise AssertionError("a batch not divisible by ensemble_size ran")
+    return out

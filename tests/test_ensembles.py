@@ -17,15 +17,11 @@ import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
-from bayes_planet.testing import run_layer_test
+from bayes_planet.testing import global_policy, normal_array, run_layer_test
 
 tfd = tfp.distributions
 E = 3
 LOGITS_LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-
-
-def _data(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
 def _labels(n, classes=4, seed=0):
@@ -68,7 +64,7 @@ def _member_blocks(inner, x, size):
 def test_fit_equals_hand_tiling(with_sample_weight):
     """``EnsembleModel(inner, E).fit(x, y)`` = ``inner.fit`` on batches tiled E times by hand:
     the same losses and metrics each epoch and the same weights after."""
-    x, y = _data(8, 5), _labels(8)
+    x, y = normal_array(8, 5), _labels(8)
     weights = np.linspace(0.5, 1.5, 8).astype("float32") if with_sample_weight else None
     inner = _batch_ensemble_net()
     twin = _twin(inner)
@@ -100,7 +96,7 @@ def test_fit_equals_hand_tiling(with_sample_weight):
 def test_predict_is_the_hand_average_of_the_members(output, activation, link):
     """The predictive is the average of the members' probabilities, returned in the
     members' own kind (logits of the mean for 'logits'/'binary_logits')."""
-    x = _data(5, 5, seed=1)
+    x = normal_array(5, 5, seed=1)
     inner = _batch_ensemble_net(activation=activation)
     model = bl.EnsembleModel(inner, E, output=output)
     blocks = _member_blocks(inner, x, E)
@@ -118,7 +114,7 @@ def test_predict_is_the_hand_average_of_the_members(output, activation, link):
 
 
 def test_evaluate_is_the_nll_and_accuracy_of_the_mean_probabilities():
-    x, y = _data(6, 5, seed=2), _labels(6, seed=2)
+    x, y = normal_array(6, 5, seed=2), _labels(6, seed=2)
     inner = _batch_ensemble_net()
     model = bl.EnsembleModel(inner, E)
     model.compile("sgd", LOGITS_LOSS, metrics=["accuracy"])
@@ -142,7 +138,7 @@ def test_mean_of_probabilities_is_stable_for_extreme_logits():
 
 
 def test_tile_batch_and_mean_predictive_follow_the_ensemble_convention():
-    x = {"a": _data(2, 3), "b": _data(2, 1, seed=1)}
+    x = {"a": normal_array(2, 3), "b": normal_array(2, 1, seed=1)}
     tiled = bl.tile_batch(x, 3)
     np.testing.assert_array_equal(tiled["a"], np.concatenate([x["a"]] * 3))
     assert bl.tile_batch(None, 3) is None
@@ -154,7 +150,7 @@ def test_tile_batch_and_mean_predictive_follow_the_ensemble_convention():
 def test_random_variable_outputs_give_the_uniform_mixture():
     """A member returning a RandomVariable: the predictive is the members' uniform mixture,
     whose log_prob is log mean_e p_e(y); negative_log_likelihood trains it."""
-    x, y = _data(4, 5, seed=3), _data(4, 2, seed=4)
+    x, y = normal_array(4, 5, seed=3), normal_array(4, 2, seed=4)
     inner = _batch_ensemble_net(classes=2, head=bl.Normal(scale=0.5, seed=1))
     model = bl.EnsembleModel(inner, E, seed=2)
     rv = model(x)
@@ -189,13 +185,13 @@ def _mc(seed=0):
     _mc,
 ], ids=["EnsembleModel", "EnsembleModel(RandomVariable)", "DeepEnsemble", "mc_dropout"])
 def test_keras_save_and_load_model_reproduce_the_predictions(make, tmp_path):
-    x = _data(6, 5, seed=5)
+    x = normal_array(6, 5, seed=5)
     model = make()
     model.compile(keras.optimizers.Adam(1e-2), LOGITS_LOSS)
     rv_output = isinstance(model(x), bl.RandomVariable)
     if rv_output:
         model.compile(keras.optimizers.Adam(1e-2), bl.negative_log_likelihood)
-    y = _data(6, 2) if rv_output else _labels(6)
+    y = normal_array(6, 2) if rv_output else _labels(6)
     path = os.path.join(tmp_path, "ensemble.keras")
     model.save(path)
     loaded = keras.models.load_model(path)
@@ -225,7 +221,7 @@ def test_deep_ensemble_members_are_seeded_by_name():
 def test_deep_ensemble_fit_is_independent_training_of_each_member():
     """One fit = each member trained alone on the same batches (SGD, with each member's own
     L2 term); the reported loss is the mean of the members' losses."""
-    x, y = _data(8, 5, seed=6), _labels(8, seed=6)
+    x, y = normal_array(8, 5, seed=6), _labels(8, seed=6)
     model = _deep(seed=2)
     alone = [_twin(m) for m in model.members]
     model.compile(keras.optimizers.SGD(0.1), LOGITS_LOSS, metrics=["accuracy"])
@@ -244,7 +240,7 @@ def test_deep_ensemble_fit_is_independent_training_of_each_member():
 
 
 def test_deep_ensemble_predicts_the_mean_of_the_members_probabilities():
-    x = _data(5, 5, seed=7)
+    x = normal_array(5, 5, seed=7)
     model = _deep(seed=3)
     mean = np.mean([_softmax(m(x).numpy().astype("float64")) for m in model.members], 0)
     np.testing.assert_allclose(tf.nn.softmax(model.predict(x, verbose=0)), mean, rtol=1e-5)
@@ -261,7 +257,7 @@ def test_mc_dropout_layer_contract():
 
 
 def test_mc_dropout_layer_drops_at_inference_with_the_keras_scaling():
-    x = np.abs(_data(200, 50)) + 1.0
+    x = np.abs(normal_array(200, 50)) + 1.0
     layer = bl.MCDropout(0.25, seed=0)
     out = layer(x, training=False).numpy()
     dropped = out == 0
@@ -284,7 +280,7 @@ def test_mc_average_converges_to_the_linear_models_expectation():
     net = keras.Sequential([keras.Input((6,)), bl.MCDropout(p, seed=1),
                             keras.layers.Dense(2, bias_initializer="random_normal")])
     model = bl.MonteCarloModel(net, samples, output="mean")
-    x = _data(3, 6, seed=8)
+    x = normal_array(3, 6, seed=8)
     kernel, bias = (w.astype("float64") for w in net.layers[-1].get_weights())
     expected = x @ kernel + bias
     variance = (x[:, :, None] ** 2 * kernel[None] ** 2).sum(1) * p / (1 - p)
@@ -293,7 +289,7 @@ def test_mc_average_converges_to_the_linear_models_expectation():
 
 
 def test_mc_dropout_swaps_dropout_and_shares_the_other_layers():
-    x, y = _data(6, 5, seed=9), _labels(6, seed=9)
+    x, y = normal_array(6, 5, seed=9), _labels(6, seed=9)
     base = keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, "relu"),
                              keras.layers.Dropout(0.3), keras.layers.Dense(4)])
     model = bl.mc_dropout(base, 8, seed=4)
@@ -311,7 +307,7 @@ def test_mc_dropout_swaps_dropout_and_shares_the_other_layers():
 
 def test_monte_carlo_fit_is_the_inner_models_fit():
     """``fit`` trains on the untiled batch: the same losses as ``inner.fit``."""
-    x, y = _data(8, 5, seed=10), _labels(8, seed=10)
+    x, y = normal_array(8, 5, seed=10), _labels(8, seed=10)
 
     def net():
         return keras.Sequential([keras.Input((5,)), keras.layers.Dense(8, "relu"),
@@ -373,7 +369,7 @@ def test_batch_not_divisible_inside_a_graph_is_checked_at_run_time():
 
 
 def test_float64_ensemble_and_mc_dropout():
-    x = tf.constant(_data(4, 5), tf.float64)
+    x = tf.constant(normal_array(4, 5), tf.float64)
     net = keras.Sequential([keras.Input((5,), dtype="float64"),
                             bl.DenseBatchEnsemble(3, ensemble_size=2, dtype="float64"),
                             bl.MCDropout(0.2, seed=0, dtype="float64")])
@@ -383,19 +379,16 @@ def test_float64_ensemble_and_mc_dropout():
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision_fit_and_float32_predictive(policy):
-    keras.mixed_precision.set_global_policy(policy)
-    try:
+    with global_policy(policy):
         inner = keras.Sequential([keras.Input((5,)), bl.DenseBatchEnsemble(8, "relu",
                                                                            ensemble_size=2),
                                   bl.MCDropout(0.2, seed=0), bl.DenseBatchEnsemble(
                                       4, ensemble_size=2)])
-        assert inner(_data(4, 5)).dtype == keras.mixed_precision.global_policy().compute_dtype
+        assert inner(normal_array(4, 5)).dtype == keras.mixed_precision.global_policy().compute_dtype
         model = bl.EnsembleModel(inner, 2)
         model.compile(keras.optimizers.Adam(1e-3), LOGITS_LOSS)
-        history = model.fit(_data(4, 5), _labels(4), batch_size=4, epochs=2, verbose=0)
-        out = model(_data(4, 5))
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
+        history = model.fit(normal_array(4, 5), _labels(4), batch_size=4, epochs=2, verbose=0)
+        out = model(normal_array(4, 5))
     assert np.all(np.isfinite(history.history["loss"]))
     assert out.dtype == tf.float32 and np.all(np.isfinite(out.numpy()))
     assert all(v.dtype == tf.float32 for v in model.trainable_variables)

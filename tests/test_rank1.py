@@ -5,30 +5,27 @@ the KL against tfp's closed form, seeded noise, bad input, and the float64 and
 mixed-precision dtypes.
 """
 
+import contextlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.testing import run_layer_test
-
-tfd = tfp.distributions
+from bayes_planet.testing import (
+    check_batch_checked_at_run_time,
+    check_mixed_precision_fit,
+    factor_means,
+    global_policy,
+    normal_array,
+    normal_kl,
+    run_layer_test,
+    wide_factors,
+)
 
 ENSEMBLES = [bl.DenseRank1, bl.DenseBatchEnsemble]
-
-
-def _data(*shape, seed=0, dtype="float32"):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-
-
-def _factor_means(layer):
-    """α, γ as used inside `posterior_mean` (their means; the fast weights for BatchEnsemble)."""
-    if isinstance(layer, bl.DenseRank1):
-        return layer.alpha.loc().numpy(), layer.gamma.loc().numpy()
-    return layer.alpha.numpy(), layer.gamma.numpy()
 
 
 def test_registered_as_their_own_family():
@@ -62,12 +59,12 @@ def test_middle_axes_and_no_bias(cls):
 def test_block_e_uses_member_e(cls, ensemble_size):
     """Output block e is ``((x ∘ α_e) @ W) ∘ γ_e + b_e`` with α, γ at their means."""
     rows, units = 2, 4
-    x = _data(ensemble_size * rows, 3, seed=1)
+    x = normal_array(ensemble_size * rows, 3, seed=1)
     layer = cls(units, ensemble_size=ensemble_size, bias_initializer="random_normal")
     layer.build(x.shape)
-    with bl.posterior_mean(layer) if cls is bl.DenseRank1 else _nothing():
+    with bl.posterior_mean(layer) if cls is bl.DenseRank1 else contextlib.nullcontext():
         out = layer(x).numpy()
-    alpha, gamma = _factor_means(layer)
+    alpha, gamma = factor_means(layer)
     kernel, bias = layer.kernel.numpy(), layer.bias.numpy()
     assert np.ptp(bias) > 0 and np.ptp(alpha) > 0  # members differ
     for e in range(ensemble_size):
@@ -79,13 +76,13 @@ def test_block_e_uses_member_e(cls, ensemble_size):
 
 def test_rank1_additive_perturbation():
     """``use_additive_perturbation=True``: block e is ``((x + α_e) @ W) + γ_e + b_e``."""
-    x = _data(4, 3, seed=4)
+    x = normal_array(4, 3, seed=4)
     layer = bl.DenseRank1(2, ensemble_size=2, use_additive_perturbation=True,
                           bias_initializer="random_normal", seed=0)
     layer.build(x.shape)
     with bl.posterior_mean(layer):
         out = layer(x).numpy()
-    alpha, gamma = _factor_means(layer)
+    alpha, gamma = factor_means(layer)
     kernel, bias = layer.kernel.numpy(), layer.bias.numpy()
     for e in range(2):
         expected = ((x[2 * e:2 * e + 2] + alpha[e]) @ kernel) + gamma[e] + bias[e]
@@ -94,19 +91,10 @@ def test_rank1_additive_perturbation():
     assert config["use_additive_perturbation"] is True
 
 
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
-
-
 def test_rank1_samples_per_example_around_the_mean():
     """Without posterior_mean, each row gets its own draw of α, γ; the mean call is exact."""
-    x = np.tile(_data(1, 3, seed=2), [8, 1])  # one example repeated: rows differ by noise only
-    layer = bl.DenseRank1(4, ensemble_size=2, seed=0, alpha_initializer=bl.TrainableRandomSignNormal(
-        stddev_initializer=keras.initializers.Constant(np.log(0.3))))
+    x = np.tile(normal_array(1, 3, seed=2), [8, 1])  # one example repeated: rows differ by noise only
+    layer = bl.DenseRank1(4, ensemble_size=2, seed=0, **wide_factors(["alpha"]))
     noisy = layer(x).numpy()
     with bl.posterior_mean(layer):
         mean = layer(x).numpy()
@@ -117,18 +105,15 @@ def test_rank1_samples_per_example_around_the_mean():
 
 def test_rank1_kl_is_the_closed_form_to_n_1_0_1():
     layer = bl.DenseRank1(4, ensemble_size=3, seed=0)
-    layer(_data(6, 5))
-    prior = tfd.Normal(1.0, 0.1)
-    expected = sum(
-        float(tf.reduce_sum(tfd.kl_divergence(tfd.Normal(w.loc(), w.scale()), prior)))
-        for w in (layer.alpha, layer.gamma))
+    layer(normal_array(6, 5))
+    expected = sum(normal_kl([layer.alpha, layer.gamma], 1.0, 0.1))
     np.testing.assert_allclose(float(tf.add_n(layer.losses)), expected, rtol=1e-5)
     kls = sorted(float(v) for v in layer.losses)
     assert all(k > 0 for k in kls)
 
 
 def test_rank1_noise_is_seeded():
-    x = _data(8, 5, seed=3)
+    x = normal_array(8, 5, seed=3)
 
     a, b, c = (bl.DenseRank1(3, seed=seed) for seed in (1, 1, 2))
     for layer in (a, b, c):
@@ -160,18 +145,13 @@ def test_bad_input_is_one_line():
 
 @pytest.mark.parametrize("cls", ENSEMBLES)
 def test_unknown_batch_size_is_checked_at_run_time(cls):
-    layer = cls(3, ensemble_size=4)
-    fn = tf.function(layer, input_signature=[tf.TensorSpec([None, 2])])
-    assert fn(tf.zeros([8, 2])).shape == (8, 3)
-    with pytest.raises(tf.errors.InvalidArgumentError,
-                       match="divisible by ensemble_size=4"):
-        fn(tf.zeros([6, 2]))
+    assert check_batch_checked_at_run_time(cls(3, ensemble_size=4), [2], 4).shape == (8, 3)
 
 
 @pytest.mark.parametrize("cls", ENSEMBLES)
 def test_float64(cls):
     layer = cls(3, dtype="float64")
-    x = _data(8, 5, dtype="float64")
+    x = normal_array(8, 5, dtype="float64")
     with tf.GradientTape() as tape:
         loss = tf.reduce_sum(layer(x)) + tf.add_n(layer.losses or [tf.zeros([], tf.float64)])
     grads = tape.gradient(loss, layer.trainable_variables)
@@ -180,28 +160,11 @@ def test_float64(cls):
     assert all(g is not None and np.all(np.isfinite(g.numpy())) for g in grads)
 
 
-@pytest.fixture
-def mixed_float16():
-    keras.mixed_precision.set_global_policy("mixed_float16")
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
-
-
 @pytest.mark.parametrize("cls", ENSEMBLES)
-def test_mixed_float16(cls, mixed_float16):
-    del mixed_float16
-    model = keras.Sequential([keras.Input((5,)), cls(8, "relu"), cls(2)])
-    x, y = _data(8, 5), _data(8, 2, seed=1)
-    out = model(x)
-    assert out.dtype == tf.float16
-    assert all(v.dtype == tf.float32 for v in model.trainable_variables)
-    for loss in model.losses:
-        assert loss.dtype == tf.float32 and np.isfinite(float(loss))
-    model.compile(keras.optimizers.SGD(1e-3), "mse")
-    history = model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
+def test_mixed_float16(cls):
+    with global_policy("mixed_float16"):
+        model = keras.Sequential([keras.Input((5,)), cls(8, "relu"), cls(2)])
+        check_mixed_precision_fit(model, normal_array(8, 5), normal_array(8, 2, seed=1))
 
 
 def _alpha_probe(sampling, alpha_mean, alpha_stddev, rows, ensemble_size=2, dim=8, seed=0):
@@ -282,7 +245,7 @@ def test_rank1_per_member_with_one_deterministic_factor():
     per member: a member's rows (same input) agree, the next call differs."""
     layer = bl.DenseRank1(3, ensemble_size=2, sampling="per_member", seed=0,
                           alpha_initializer="trainable_deterministic")
-    x = np.tile(_data(1, 5), [4, 1])
+    x = np.tile(normal_array(1, 5), [4, 1])
     first, second = layer(x).numpy(), layer(x).numpy()
     np.testing.assert_array_equal(first[0], first[1])
     assert not np.allclose(first, second)

@@ -9,25 +9,22 @@ precision (float64 is in test_float64.py).
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.testing import SelfAttention, run_layer_test
+from bayes_planet.testing import (
+    SelfAttention,
+    check_batch_checked_at_run_time,
+    check_gradients,
+    global_policy,
+    normal_array,
+    normal_kl,
+    run_layer_test,
+    wide_factors,
+)
 
-tfd = tfp.distributions
 PROJECTIONS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
-
-
-def _data(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
-
-
-def _wide_factors(stddev=0.3):
-    return {f"{name}_initializer": bl.TrainableRandomSignNormal(
-        stddev_initializer=keras.initializers.Constant(np.log(stddev)))
-        for name in ("alpha", "gamma")}
 
 
 def _member_kernel(layer, e):
@@ -99,7 +96,7 @@ def test_einsum_member_e_is_keras_einsum_dense_with_its_kernel(equation, shape, 
     """Inside `posterior_mean`, block e is ``EinsumDense`` with kernel ``W`` scaled by α_e
     and γ_e and bias b_e; with additive factors, ``einsum(x + α_e, W) + γ_e + b_e``."""
     members, rows = 3, 2
-    x = _data(*shape)
+    x = normal_array(*shape)
     layer = bl.EinsumDenseRank1(equation, output_shape, bias_axes=bias_axes,
                                 ensemble_size=members, use_additive_perturbation=additive)
     layer(x)
@@ -127,7 +124,7 @@ def test_mha_member_e_is_keras_mha_with_its_projections():
     """Inside `posterior_mean`, block e (with a mask) is ``keras.layers.MultiHeadAttention``
     whose four projections have member e's kernels and biases."""
     members, rows = 2, 2
-    q, v = _data(members * rows, 5, 8), _data(members * rows, 4, 6, seed=1)
+    q, v = normal_array(members * rows, 5, 8), normal_array(members * rows, 4, 6, seed=1)
     mask = np.random.default_rng(2).random((members * rows, 5, 4)) > 0.3
     layer = bl.MultiHeadAttentionRank1(2, 3, ensemble_size=members, seed=0)
     layer(q, v)
@@ -154,10 +151,10 @@ def test_factors_are_drawn_per_example_and_shared_by_its_positions():
     """Every position of an example holds the same input: its outputs agree (one draw
     per example, shared by the sequence axis); identical examples of one member get
     different draws; `fixed_noise` repeats a draw; `posterior_mean` removes the noise."""
-    row = np.repeat(_data(1, 1, 6), 5, axis=1)  # [1, 5 positions, 6], positions equal
+    row = np.repeat(normal_array(1, 1, 6), 5, axis=1)  # [1, 5 positions, 6], positions equal
     x = np.repeat(row, 4, axis=0)
     layer = bl.EinsumDenseRank1("abc,cd->abd", (None, 3), bias_axes="d", ensemble_size=2, seed=3,
-                                **_wide_factors())
+                                **wide_factors())
     out = layer(x).numpy()
     np.testing.assert_allclose(out, np.repeat(out[:, :1], 5, axis=1), rtol=1e-6)
     assert np.abs(out[0] - out[1]).max() > 1e-3
@@ -172,24 +169,20 @@ def test_factors_are_drawn_per_example_and_shared_by_its_positions():
 
 def test_kl_is_the_closed_form_to_n_1_0_1():
     layer = bl.MultiHeadAttentionRank1(2, 3, ensemble_size=2, seed=0)
-    layer(_data(2, 4, 6), _data(2, 4, 6))
-    prior = tfd.Normal(1.0, 0.1)
+    layer(normal_array(2, 4, 6), normal_array(2, 4, 6))
     factors = [getattr(getattr(layer, attr), name) for attr in PROJECTIONS
                for name in ("alpha", "gamma")]
-    expected = sum(float(tf.reduce_sum(tfd.kl_divergence(tfd.Normal(w.loc(), w.scale()),
-                                                         prior))) for w in factors)
+    expected = sum(normal_kl(factors, 1.0, 0.1))
     np.testing.assert_allclose(float(tf.add_n(layer.losses)), expected, rtol=1e-5)
     assert len(layer.losses) == 8
 
 
 def test_gradients_reach_every_parameter():
     layer = bl.MultiHeadAttentionRank1(2, 3, ensemble_size=2, seed=0)
-    x = _data(4, 5, 6)
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(tf.square(layer(x, x))) + tf.add_n(layer.losses)
-    grads = tape.gradient(loss, layer.trainable_variables)
-    for v, g in zip(layer.trainable_variables, grads, strict=True):
-        assert g is not None and np.all(np.isfinite(g)) and np.abs(g).max() > 0, v.name
+    x = normal_array(4, 5, 6)
+    layer(x, x)
+    check_gradients(lambda: tf.reduce_sum(tf.square(layer(x, x))) + tf.add_n(layer.losses),
+                    layer.trainable_variables)
 
 
 # Bad input -----------------------------------------------------------------------------
@@ -209,11 +202,9 @@ def test_bad_input_is_one_line():
     with pytest.raises(ValueError, match=r"Expected a batch size divisible by ensemble_size\. "
                                          r"Received: batch size 6, ensemble_size=4"):
         bl.MultiHeadAttentionRank1(2, 3)(tf.zeros([6, 2, 4]), tf.zeros([6, 2, 4]))
-    fn = tf.function(bl.EinsumDenseRank1("abc,cd->abd", (None, 3)),
-                     input_signature=[tf.TensorSpec([None, 2, 5])])
-    assert fn(tf.zeros([8, 2, 5])).shape == (8, 2, 3)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="divisible by ensemble_size=4"):
-        fn(tf.zeros([6, 2, 5]))
+    out = check_batch_checked_at_run_time(bl.EinsumDenseRank1("abc,cd->abd", (None, 3)), [2, 5],
+                                          4)
+    assert out.shape == (8, 2, 3)
     with pytest.raises(ValueError, match=r"^ensemble_size needs an ensemble choice .*"
                                          r"Received: ensemble_size=2, attention='flipout', "
                                          r"feed_forward='flipout'$"):
@@ -257,8 +248,7 @@ def test_rank1_transformer():
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 def test_mixed_precision(policy):
-    keras.mixed_precision.set_global_policy(policy)
-    try:
+    with global_policy(policy):
         model = bl.build_transformer(11, 6, 11, d_model=8, num_heads=2, ff_dim=16,
                                      num_layers=1, attention="rank1", feed_forward="rank1",
                                      ensemble_size=2, seed=1)
@@ -276,5 +266,3 @@ def test_mixed_precision(policy):
         assert len(model.losses) == 12 and all(v.dtype == tf.float32 for v in model.losses)
         assert all(g is not None and np.all(np.isfinite(tf.cast(tf.convert_to_tensor(g),
                                                                 tf.float32))) for g in grads)
-    finally:
-        keras.mixed_precision.set_global_policy("float32")

@@ -6,47 +6,36 @@ noise per example and per member; the KL against tfp's closed form; bad input; t
 float64 and mixed-precision dtypes.
 """
 
+import contextlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.testing import run_layer_test
-
-tfd = tfp.distributions
+from bayes_planet.testing import (
+    check_batch_checked_at_run_time,
+    check_mixed_precision_fit,
+    factor_means,
+    global_policy,
+    normal_array,
+    normal_kl,
+    run_layer_test,
+    wide_factors,
+)
 
 CONVS = [bl.Conv1DRank1, bl.Conv2DRank1, bl.Conv2DBatchEnsemble]
 RANK1 = (bl.Conv1DRank1, bl.Conv2DRank1)
-
-
-def _data(*shape, seed=0, dtype="float32"):
-    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
 def _spatial(cls):
     return (7,) if cls is bl.Conv1DRank1 else (6, 5)
 
 
-def _factor_means(layer):
-    """α, γ as used inside `posterior_mean` (their means; the fast weights for BatchEnsemble)."""
-    if isinstance(layer, RANK1):
-        return layer.alpha.loc().numpy(), layer.gamma.loc().numpy()
-    return layer.alpha.numpy(), layer.gamma.numpy()
-
-
 def _means(layer):
-    return bl.posterior_mean(layer) if isinstance(layer, RANK1) else _Nothing()
-
-
-class _Nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
+    return bl.posterior_mean(layer) if isinstance(layer, RANK1) else contextlib.nullcontext()
 
 
 def test_registered_as_their_own_families():
@@ -114,12 +103,12 @@ def test_block_e_is_the_convolution_with_member_e_kernel(cls, kwargs, ensemble_s
     """Output block e is the plain convolution with the kernel scaled by α_e on its input
     channels and γ_e on its output channels, plus b_e (α, γ at their posterior means)."""
     rows = 2
-    x = _data(ensemble_size * rows, *_spatial(cls), 3, seed=1)
+    x = normal_array(ensemble_size * rows, *_spatial(cls), 3, seed=1)
     layer = cls(4, 3, ensemble_size=ensemble_size, bias_initializer="random_normal", **kwargs)
     layer.build(x.shape)
     with _means(layer):
         out = layer(x).numpy()
-    alpha, gamma = _factor_means(layer)
+    alpha, gamma = factor_means(layer)
     kernel = layer.kernel.numpy()
     bias = layer.bias.numpy() if layer.use_bias else None
     assert np.ptp(alpha) > 0 and np.ptp(gamma) > 0  # members differ
@@ -135,13 +124,13 @@ def test_block_e_is_the_convolution_with_member_e_kernel(cls, kwargs, ensemble_s
 def test_rank1_additive_perturbation():
     """``use_additive_perturbation=True``: block e is ``conv(x + α_e, W) + γ_e + b_e`` (the
     'same' padding pads the perturbed input with zeros)."""
-    x = _data(4, 5, 5, 2, seed=4)
+    x = normal_array(4, 5, 5, 2, seed=4)
     layer = bl.Conv2DRank1(3, 3, padding="same", ensemble_size=2, seed=0,
                            use_additive_perturbation=True, bias_initializer="random_normal")
     layer.build(x.shape)
     with bl.posterior_mean(layer):
         out = layer(x).numpy()
-    alpha, gamma = _factor_means(layer)
+    alpha, gamma = factor_means(layer)
     kernel, bias = layer.kernel.numpy(), layer.bias.numpy()
     for e in range(2):
         expected = tf.nn.convolution(x[2 * e:2 * e + 2] + alpha[e], kernel, padding="SAME")
@@ -152,7 +141,7 @@ def test_rank1_additive_perturbation():
 def test_channels_first_equals_channels_last():
     """``data_format='channels_first'`` scales the channel axis 1 (XLA: the CPU convolution
     kernels are channels-last only)."""
-    x = _data(4, 5, 5, 2, seed=5)
+    x = normal_array(4, 5, 5, 2, seed=5)
     last = bl.Conv2DBatchEnsemble(3, 3, ensemble_size=2, bias_initializer="random_normal")
     first = bl.Conv2DBatchEnsemble(3, 3, ensemble_size=2, data_format="channels_first")
     x_first = np.transpose(x, [0, 3, 1, 2])
@@ -168,13 +157,11 @@ def test_channels_first_equals_channels_last():
 def test_rank1_noise_per_example_and_per_member(cls):
     """Per example (default): rows of one member differ by their draws of α, γ; per member:
     a member's rows share one draw, redrawn at the next call; the mean call is exact."""
-    one = _data(1, *_spatial(cls), 2, seed=2)
+    one = normal_array(1, *_spatial(cls), 2, seed=2)
     x = np.tile(one, [8] + [1] * (one.ndim - 1))  # one example: rows differ by noise only
-    wide = dict(stddev_initializer=keras.initializers.Constant(np.log(0.3)))
     noisy = {}
     for sampling in ("per_example", "per_member"):
-        layer = cls(4, 3, ensemble_size=2, seed=0, sampling=sampling,
-                    alpha_initializer=bl.TrainableRandomSignNormal(**wide))
+        layer = cls(4, 3, ensemble_size=2, seed=0, sampling=sampling, **wide_factors(["alpha"]))
         noisy[sampling] = layer(x).numpy(), layer(x).numpy()
         with bl.posterior_mean(layer):
             mean = layer(x).numpy()
@@ -191,17 +178,15 @@ def test_rank1_noise_per_example_and_per_member(cls):
 @pytest.mark.parametrize("cls", RANK1)
 def test_rank1_kl_is_the_closed_form_to_n_1_0_1(cls):
     layer = cls(4, 3, ensemble_size=3, seed=0)
-    layer(_data(6, *_spatial(cls), 5))
-    prior = tfd.Normal(1.0, 0.1)
-    expected = [float(tf.reduce_sum(tfd.kl_divergence(tfd.Normal(w.loc(), w.scale()), prior)))
-                for w in (layer.alpha, layer.gamma)]
+    layer(normal_array(6, *_spatial(cls), 5))
+    expected = normal_kl([layer.alpha, layer.gamma], 1.0, 0.1)
     assert [w.weight_shape.as_list() for w in (layer.alpha, layer.gamma)] == [[3, 5], [3, 4]]
     np.testing.assert_allclose([float(v) for v in layer.losses], expected, rtol=1e-5)
     assert all(k > 0 for k in expected)
 
 
 def test_rank1_noise_is_seeded():
-    x = _data(8, 6, 5, 2, seed=3)
+    x = normal_array(8, 6, 5, 2, seed=3)
     a, b, c = (bl.Conv2DRank1(3, 3, seed=seed) for seed in (1, 1, 2))
     for layer in (a, b, c):
         layer.build(x.shape)
@@ -235,37 +220,18 @@ def test_bad_input_is_one_line():
         bl.Conv2DBatchEnsemble(3, 3, alpha_initializer="trainable_normal")
 
 
+
 @pytest.mark.parametrize("cls", CONVS)
 def test_unknown_batch_size_is_checked_at_run_time(cls):
-    layer = cls(3, 3, ensemble_size=4)
-    spatial = _spatial(cls)
-    fn = tf.function(layer, input_signature=[tf.TensorSpec([None, *spatial, 2])])
-    assert fn(tf.zeros([8, *spatial, 2])).shape[0] == 8
-    with pytest.raises(tf.errors.InvalidArgumentError, match="divisible by ensemble_size=4"):
-        fn(tf.zeros([6, *spatial, 2]))
-
-
-@pytest.fixture
-def mixed_float16():
-    keras.mixed_precision.set_global_policy("mixed_float16")
-    try:
-        yield
-    finally:
-        keras.mixed_precision.set_global_policy("float32")
+    check_batch_checked_at_run_time(cls(3, 3, ensemble_size=4), [*_spatial(cls), 2], 4)
 
 
 @pytest.mark.parametrize("cls", CONVS)
-def test_mixed_float16(cls, mixed_float16):
-    del mixed_float16
+def test_mixed_float16(cls):
     spatial = _spatial(cls)
-    model = keras.Sequential([keras.Input((*spatial, 2)), cls(4, 3, activation="relu", padding="same"),
-                              cls(2, 3, padding="same")])
-    x, y = _data(8, *spatial, 2), _data(8, *spatial, 2, seed=1)
-    out = model(x)
-    assert out.dtype == tf.float16
-    assert all(v.dtype == tf.float32 for v in model.trainable_variables)
-    for loss in model.losses:
-        assert loss.dtype == tf.float32 and np.isfinite(float(loss))
-    model.compile(keras.optimizers.SGD(1e-3), "mse")
-    history = model.fit(x, y, batch_size=8, epochs=1, verbose=0)
-    assert np.isfinite(history.history["loss"][0])
+    with global_policy("mixed_float16"):
+        model = keras.Sequential([keras.Input((*spatial, 2)),
+                                  cls(4, 3, activation="relu", padding="same"),
+                                  cls(2, 3, padding="same")])
+        check_mixed_precision_fit(model, normal_array(8, *spatial, 2),
+                                  normal_array(8, *spatial, 2, seed=1))

@@ -10,16 +10,22 @@ closed form; bad input; mixed precision and float64.
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.layers.base import split_seed
 from bayes_planet.layers.ensemble import sample_factor
-from bayes_planet.testing import CellRNN, run_layer_test
-
-tfd = tfp.distributions
+from bayes_planet.testing import (
+    CellRNN,
+    check_batch_checked_at_run_time,
+    check_gradients,
+    global_policy,
+    normal_array,
+    normal_kl,
+    run_layer_test,
+    wide_factors,
+)
 
 CELLS = [bl.LSTMCellRank1, bl.GRUCellRank1]
 TWIN = {bl.LSTMCellRank1: keras.layers.LSTMCell, bl.GRUCellRank1: keras.layers.GRUCell}
@@ -31,13 +37,7 @@ VARIANT_IDS = ["LSTM", "GRU-reset_after", "GRU"]
 
 
 def _seq(batch=4, time=5, dim=3, seed=0):
-    return np.random.default_rng(seed).standard_normal((batch, time, dim)).astype("float32")
-
-
-def _wide_factors(stddev=0.3):
-    """Factor posteriors with stddev ``stddev`` (instead of ≈ 0.03), so sampling shows."""
-    return {f"{name}_initializer": bl.TrainableRandomSignNormal(
-        stddev_initializer=keras.initializers.Constant(np.log(stddev))) for name in FACTORS}
+    return normal_array(batch, time, dim, seed=seed)
 
 
 def _random_bias(cell, seed=1):
@@ -154,7 +154,7 @@ def test_a_sequence_holds_one_factor_draw_per_example(cls):
     identical examples get different draws."""
     members, rows = 2, 2
     x = np.repeat(_seq(batch=1, seed=3), members * rows, axis=0)  # differences: noise only
-    cell = cls(3, ensemble_size=members, seed=4, **_wide_factors())
+    cell = cls(3, ensemble_size=members, seed=4, **wide_factors(FACTORS))
     rnn = keras.layers.RNN(cell, return_sequences=True)
     rnn(x)
     _random_bias(cell)
@@ -189,7 +189,7 @@ def test_factors_are_fixed_across_the_steps_of_a_sequence(sampling):
     recurrence that only holds with fixed gates: it holds with ``sampling='sequence'``
     and breaks with a draw per step (``'step'``)."""
     x = np.repeat(_seq(batch=4, time=1, seed=5), 3, axis=1)  # the same input at 3 steps
-    cell = bl.GRUCellRank1(6, ensemble_size=2, seed=6, sampling=sampling, **_wide_factors(0.5))
+    cell = bl.GRUCellRank1(6, ensemble_size=2, seed=6, sampling=sampling, **wide_factors(FACTORS, 0.5))
     rnn = keras.layers.RNN(cell, return_sequences=True)
     rnn(x)
     cell.recurrent_kernel.assign(tf.zeros_like(cell.recurrent_kernel))
@@ -213,7 +213,7 @@ def test_unknown_batch_at_the_sequence_start_gives_the_same_draws(cls):
     ``sample_weights``, the steps regenerate the factors from the sequence's seed: the
     outputs equal those of the draw made once with the batch size known."""
     x = _seq(seed=6)
-    cell = cls(3, ensemble_size=2, seed=1, **_wide_factors())
+    cell = cls(3, ensemble_size=2, seed=1, **wide_factors(FACTORS))
     rnn = keras.layers.RNN(cell, return_sequences=True)
     rnn(x)
     seed = tf.constant([3, 4])
@@ -229,7 +229,7 @@ def test_fixed_noise_and_scan():
     """`fixed_noise`: the same draw in every call of the block; a cell stepped with
     tf.scan (no sequence start) draws once per call, outside the loop."""
     x = _seq()
-    cell = bl.GRUCellRank1(3, ensemble_size=2, seed=2, **_wide_factors())
+    cell = bl.GRUCellRank1(3, ensemble_size=2, seed=2, **wide_factors(FACTORS))
     keras.layers.RNN(cell)(x)
 
     def scan(t):
@@ -251,10 +251,7 @@ def test_fixed_noise_and_scan():
 def test_kl_is_the_closed_form_to_n_1_0_1():
     cell = bl.LSTMCellRank1(3, ensemble_size=2, seed=0)
     cell.build((None, 5))
-    prior = tfd.Normal(1.0, 0.1)
-    expected = sum(
-        float(tf.reduce_sum(tfd.kl_divergence(tfd.Normal(w.loc(), w.scale()), prior)))
-        for w in (getattr(cell, name) for name in FACTORS))
+    expected = sum(normal_kl([getattr(cell, name) for name in FACTORS], 1.0, 0.1))
     np.testing.assert_allclose(float(tf.add_n(cell.losses)), expected, rtol=1e-5)
     assert len(cell.losses) == 4 and all(float(k) > 0 for k in cell.losses)
 
@@ -265,11 +262,8 @@ def test_gradients_reach_every_parameter(cls):
     cell = cls(4, ensemble_size=2, seed=2)
     rnn = keras.layers.RNN(cell)  # loss on the last output only: through the full sequence
     rnn(x)
-    with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(tf.square(rnn(x))) + tf.add_n(cell.losses)
-    grads = tape.gradient(loss, cell.trainable_variables)
-    for v, g in zip(cell.trainable_variables, grads, strict=True):
-        assert g is not None and np.all(np.isfinite(g)) and np.abs(g).max() > 0, v.name
+    check_gradients(lambda: tf.reduce_sum(tf.square(rnn(x))) + tf.add_n(cell.losses),
+                    cell.trainable_variables)
 
 
 def test_bad_input_is_one_line():
@@ -297,18 +291,14 @@ def test_bad_input_is_one_line():
 
 @pytest.mark.parametrize("cls", CELLS)
 def test_unknown_batch_size_is_checked_at_run_time(cls):
-    rnn = keras.layers.RNN(cls(3, ensemble_size=4))
-    fn = tf.function(rnn, input_signature=[tf.TensorSpec([None, 2, 2])])
-    assert fn(tf.zeros([8, 2, 2])).shape == (8, 3)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="divisible by ensemble_size=4"):
-        fn(tf.zeros([6, 2, 2]))
+    out = check_batch_checked_at_run_time(keras.layers.RNN(cls(3, ensemble_size=4)), [2, 2], 4)
+    assert out.shape == (8, 3)
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
 @pytest.mark.parametrize("cls", CELLS)
 def test_mixed_precision(cls, policy):
-    keras.mixed_precision.set_global_policy(policy)
-    try:
+    with global_policy(policy):
         x, y = _seq(), np.zeros((4, 2), "float32")
         model = keras.Sequential([keras.Input((5, 3)),
                                   keras.layers.RNN(cls(4, ensemble_size=2, seed=1)),
@@ -326,5 +316,3 @@ def test_mixed_precision(cls, policy):
         model.compile(keras.optimizers.Adam(1e-3), "mse")  # a loss-scale optimizer for float16
         hist = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
         assert np.isfinite(hist.history["loss"][0])
-    finally:
-        keras.mixed_precision.set_global_policy("float32")

@@ -6,7 +6,9 @@ outputs (γ ``[E, units]``) and a per-member bias ``[E, units]``: member ``e`` c
 ``activation(((x ∘ α_e) @ W) ∘ γ_e + b_e)``, a rank-1 change of the shared kernel for
 ``E·(in + 2·units)`` extra parameters. The convolutional layers of
 `bayes_planet.layers.ensemble_conv` are the same with the convolution for ``@``; the
-mixins here (`EnsembleLayer`, `Rank1Ensemble`, `BatchEnsemble`) are shared by both.
+mixins here (`EnsembleFactors`, `EnsembleLayer`, `Rank1Factors`, `Rank1Ensemble`,
+`BatchEnsemble`) are shared by both, and `EnsembleFactors`/`Rank1Factors` by the rank-1
+attention projections (`bayes_planet.layers.ensemble_attention`).
 
 Batch convention (as in edward2, so its users' code ports unchanged): the input batch of
 ``E·b`` rows is ``E`` contiguous blocks of ``b`` rows and block ``e`` goes through member
@@ -43,10 +45,13 @@ __all__ = [
     "BatchEnsemble",
     "DenseBatchEnsemble",
     "DenseRank1",
+    "EnsembleFactors",
     "EnsembleLayer",
     "Rank1Ensemble",
+    "Rank1Factors",
     "draw_factor",
     "factor_moments",
+    "init_arguments",
     "member_rows",
     "point_initializer",
     "sample_factor",
@@ -65,6 +70,18 @@ FAST_WEIGHTS = "random_sign"  # BatchEnsemble's α, γ start at ±1
 SAMPLINGS = ("per_example", "per_member")
 # Relative slack of the no-clip test for float rounding of a sample (float16 included).
 _ROUNDING_SLACK = 1.01
+
+
+def init_arguments(values):
+    """The arguments an ``__init__`` was called with, by name, from its ``locals()`` taken
+    as its first statement: every named parameter and the entries of ``**kwargs`` (for a
+    layer whose signature is its API and whose body passes it all on to the mixins'
+    cooperative ``__init__``s: ``super().__init__(**init_arguments(locals()))``)."""
+    values = dict(values)
+    for name in ("self", "__class__"):  # ``__class__``: the cell of zero-argument super()
+        values.pop(name, None)
+    kwargs = values.pop("kwargs", {})
+    return {**values, **kwargs}
 
 
 def point_initializer(name, value):
@@ -102,7 +119,53 @@ def member_rows(batch_size, ensemble_size):
         return tf.identity(rows // ensemble_size)
 
 
-class EnsembleLayer(_compat.LayerState):
+class EnsembleFactors(_compat.LayerState):
+    """Mixin for a Keras layer whose ``ensemble_size`` members share its point-estimate
+    weights and differ by factors α (inputs) and γ (outputs): the construction and config
+    every ensemble layer shares (placed before the Keras class).
+
+    ``__init__`` takes, by name, the Keras layer's arguments (the shared weights'
+    ``kernel_initializer`` and ``bias_initializer`` must be point estimates,
+    `point_initializer`), ``ensemble_size`` and the factors' initializers and
+    regularizers (resolved by `_factor_initializer`). The layer builds α, γ itself.
+    """
+
+    def __init__(self, *, ensemble_size, alpha_initializer, gamma_initializer,
+                 alpha_regularizer=None, gamma_regularizer=None, kernel_initializer,
+                 bias_initializer, kernel_regularizer=None, bias_regularizer=None, **kwargs):
+        super().__init__(
+            kernel_initializer=point_initializer("kernel_initializer", kernel_initializer),
+            bias_initializer=point_initializer("bias_initializer", bias_initializer),
+            kernel_regularizer=regularizers.get(kernel_regularizer),
+            bias_regularizer=regularizers.get(bias_regularizer), **kwargs)
+        self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
+        self.alpha_initializer = self._factor_initializer("alpha_initializer",
+                                                          alpha_initializer)
+        self.gamma_initializer = self._factor_initializer("gamma_initializer",
+                                                          gamma_initializer)
+        self.alpha_regularizer = regularizers.get(alpha_regularizer)
+        self.gamma_regularizer = regularizers.get(gamma_regularizer)
+
+    def _factor_initializer(self, name, value):
+        """A factor's initializer ``value`` resolved (a posterior or a point estimate)."""
+        del name
+        return initializers.get(value)
+
+    def _perturb(self, t, factor):
+        """How a factor acts on the inputs and outputs: ``t ∘ factor``."""
+        return t * factor
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            ensemble_size=self.ensemble_size,
+            alpha_initializer=initializers.serialize(self.alpha_initializer),
+            gamma_initializer=initializers.serialize(self.gamma_initializer),
+        )
+        return config
+
+
+class EnsembleLayer(EnsembleFactors):
     """Mixin for a Keras layer with a shared kernel and per-member factors and biases.
 
     Placed before the Keras class (``Dense``, ``Conv1D``, ``Conv2D``), whose ``build``
@@ -110,19 +173,10 @@ class EnsembleLayer(_compat.LayerState):
     γ ``[E, out]`` and, with ``use_bias``, the bias ``[E, out]`` (the Keras bias is not
     built), and computes ``activation(linear(x ∘ α_e) ∘ γ_e + b_e)`` on block ``e`` of
     the batch. Subclasses define ``_factors`` (sampled or fast weights), and the layer
-    its ``_linear`` op and ``_channel_axis``. Concrete layers call ``_init_ensemble``
-    from ``__init__`` after the Keras ``__init__``.
+    its ``_linear`` op and ``_channel_axis``; construction as `EnsembleFactors`.
     """
 
     _channel_axis = -1
-
-    def _init_ensemble(self, ensemble_size, alpha_initializer, gamma_initializer,
-                       alpha_regularizer=None, gamma_regularizer=None):
-        self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
-        self.alpha_initializer = initializers.get(alpha_initializer)
-        self.gamma_initializer = initializers.get(gamma_initializer)
-        self.alpha_regularizer = regularizers.get(alpha_regularizer)
-        self.gamma_regularizer = regularizers.get(gamma_regularizer)
 
     def build(self, input_shape):
         use_bias, self.use_bias = self.use_bias, False  # The Keras bias is one vector.
@@ -150,10 +204,6 @@ class EnsembleLayer(_compat.LayerState):
         """(α, γ) of shapes ``[E, rows, in]`` and ``[E, rows, out]`` (or ``1`` for ``rows``
         where a factor is shared by a member's rows)."""
         raise NotImplementedError
-
-    def _perturb(self, t, factor):
-        """How a factor acts on the inputs and outputs: ``t ∘ factor``."""
-        return t * factor
 
     def _linear(self, x, kernel):
         """The shared linear op (``x @ W``, a convolution)."""
@@ -183,15 +233,6 @@ class EnsembleLayer(_compat.LayerState):
         bias = tf.cast(self.bias, x.dtype) if self.use_bias else None
         out = self._per_member(out, gamma, rows, bias)
         return self.activation(out) if self.activation is not None else out
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            ensemble_size=self.ensemble_size,
-            alpha_initializer=initializers.serialize(self.alpha_initializer),
-            gamma_initializer=initializers.serialize(self.gamma_initializer),
-        )
-        return config
 
 
 def factor_moments(layer, name, dtype):
@@ -237,11 +278,35 @@ def sample_factor(layer, name, rows, seed, dtype):
     return draw_factor(*factor_moments(layer, name, dtype), rows, seed, dtype)
 
 
-class Rank1Ensemble(BayesianLayer, EnsembleLayer):
+class Rank1Factors(BayesianLayer, EnsembleFactors):
     """Rank-1 Bayesian factors (Dusenberry et al., 2020): α and γ have a mean-field
-    posterior, sampled at each call and clipped to [-10, 10] as in edward2; inside
-    `posterior_mean` they are their means. Concrete layers call ``_init_rank1`` from
-    ``__init__``.
+    posterior whose KL to the prior (the factors' regularizers) is in ``layer.losses``;
+    inside `posterior_mean` they are their means. Adds the keyword-only
+    ``use_additive_perturbation`` (``t + factor`` instead of ``t ∘ factor``) and ``seed``
+    to `EnsembleFactors`' arguments; the layer draws the factors (`sample_factor`).
+    """
+
+    def __init__(self, *, use_additive_perturbation=False, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.use_additive_perturbation = bool(use_additive_perturbation)
+        self._init_seed(seed)
+
+    def _perturb(self, t, factor):
+        return t + factor if self.use_additive_perturbation else t * factor
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            alpha_regularizer=regularizers.serialize(self.alpha_regularizer),
+            gamma_regularizer=regularizers.serialize(self.gamma_regularizer),
+            use_additive_perturbation=self.use_additive_perturbation,
+        )
+        return config
+
+
+class Rank1Ensemble(Rank1Factors, EnsembleLayer):
+    """`EnsembleLayer` with `Rank1Factors`: α and γ sampled at each call and clipped to
+    [-10, 10] as in edward2. Adds the keyword-only ``sampling``.
 
     ``sampling='per_example'`` (edward2's and uncertainty-baselines' only mode, the
     default) draws α and γ independently for every row of the batch (shared by its
@@ -252,13 +317,12 @@ class Rank1Ensemble(BayesianLayer, EnsembleLayer):
     correlated across a member's rows, so a noisier gradient estimate for a cheaper step.
     """
 
-    def _init_rank1(self, use_additive_perturbation, sampling, seed):
+    def __init__(self, *, sampling="per_example", **kwargs):
+        super().__init__(**kwargs)
         if sampling not in SAMPLINGS:
             raise ValueError(f"Expected sampling in {list(SAMPLINGS)}. "
                              f"Received: sampling={sampling!r}")
-        self.use_additive_perturbation = bool(use_additive_perturbation)
         self.sampling = sampling
-        self._init_seed(seed)
 
     def _factors(self, rows, dtype):
         (alpha_loc, alpha_scale), (gamma_loc, gamma_scale) = (
@@ -276,23 +340,19 @@ class Rank1Ensemble(BayesianLayer, EnsembleLayer):
     def _sample(self, loc, scale, rows, seed, dtype):
         return draw_factor(loc, scale, rows, seed, dtype, self.sampling == "per_member")
 
-    def _perturb(self, t, factor):
-        return t + factor if self.use_additive_perturbation else t * factor
-
     def get_config(self):
         config = super().get_config()
-        config.update(
-            alpha_regularizer=regularizers.serialize(self.alpha_regularizer),
-            gamma_regularizer=regularizers.serialize(self.gamma_regularizer),
-            use_additive_perturbation=self.use_additive_perturbation,
-            sampling=self.sampling,
-        )
+        config.update(sampling=self.sampling)
         return config
 
 
 class BatchEnsemble(EnsembleLayer):
     """BatchEnsemble factors (Wen et al., 2020): α and γ are plain trainable weights (fast
-    weights), the same for every row of a member; no noise, no KL."""
+    weights), the same for every row of a member; no noise, no KL. Their initializers
+    must be point estimates (`point_initializer`)."""
+
+    def _factor_initializer(self, name, value):
+        return point_initializer(name, value)
 
     def _factors(self, rows, dtype):
         del rows  # The same fast weights for every row of a member.
@@ -303,37 +363,17 @@ class BatchEnsemble(EnsembleLayer):
 class _EnsembleDense(EnsembleLayer, keras.layers.Dense):
     """Dense with per-member factors α, γ and biases (`EnsembleLayer`).
 
-    Args: as `keras.layers.Dense` (same order), plus keyword-only ``ensemble_size`` and
-      the factors' ``alpha_initializer``/``gamma_initializer`` (and, for subclasses that
-      take them, regularizers). ``kernel_initializer`` and ``bias_initializer`` must be
-      point-estimate initializers.
+    Args (by name: the concrete layers hold the public signature): as `keras.layers.Dense`,
+      plus those of `EnsembleFactors` (and of the factor mixin). ``kernel_initializer`` and
+      ``bias_initializer`` must be point-estimate initializers.
 
     Input shape: ``(E·b, ..., input_dim)``. Output shape: ``(E·b, ..., units)``.
     """
 
-    def __init__(self, units, activation=None, use_bias=True,
-                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
-                 kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, lora_rank=None,
-                 lora_alpha=None, quantization_config=None, *,
-                 ensemble_size=ENSEMBLE_SIZE, alpha_initializer, gamma_initializer,
-                 alpha_regularizer=None, gamma_regularizer=None, **kwargs):
+    def __init__(self, *, units, lora_rank=None, lora_alpha=None, quantization_config=None,
+                 **kwargs):
         check_dense_extras(lora_rank, lora_alpha, quantization_config)
-        super().__init__(
-            units=check_positive_int("units", units),
-            activation=activation,
-            use_bias=use_bias,
-            kernel_initializer=point_initializer("kernel_initializer", kernel_initializer),
-            bias_initializer=point_initializer("bias_initializer", bias_initializer),
-            kernel_regularizer=regularizers.get(kernel_regularizer),
-            bias_regularizer=regularizers.get(bias_regularizer),
-            activity_regularizer=activity_regularizer,
-            kernel_constraint=kernel_constraint,
-            bias_constraint=bias_constraint,
-            **kwargs,
-        )
-        self._init_ensemble(ensemble_size, alpha_initializer, gamma_initializer,
-                            alpha_regularizer, gamma_regularizer)
+        super().__init__(units=check_positive_int("units", units), **kwargs)
 
     def _linear(self, x, kernel):
         if x.shape.rank == 2:
@@ -380,15 +420,7 @@ class DenseRank1(Rank1Ensemble, _EnsembleDense):
                  gamma_initializer=RANK1_POSTERIOR, alpha_regularizer=RANK1_PRIOR,
                  gamma_regularizer=RANK1_PRIOR, use_additive_perturbation=False,
                  sampling="per_example", seed=None, **kwargs):
-        super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
-                         kernel_regularizer, bias_regularizer, activity_regularizer,
-                         kernel_constraint, bias_constraint, lora_rank, lora_alpha,
-                         quantization_config, ensemble_size=ensemble_size,
-                         alpha_initializer=alpha_initializer,
-                         gamma_initializer=gamma_initializer,
-                         alpha_regularizer=alpha_regularizer,
-                         gamma_regularizer=gamma_regularizer, **kwargs)
-        self._init_rank1(use_additive_perturbation, sampling, seed)
+        super().__init__(**init_arguments(locals()))
 
 
 @_register
@@ -413,12 +445,4 @@ class DenseBatchEnsemble(BatchEnsemble, _EnsembleDense):
                  lora_alpha=None, quantization_config=None, *,
                  ensemble_size=ENSEMBLE_SIZE, alpha_initializer=FAST_WEIGHTS,
                  gamma_initializer=FAST_WEIGHTS, **kwargs):
-        super().__init__(units, activation, use_bias, kernel_initializer, bias_initializer,
-                         kernel_regularizer, bias_regularizer, activity_regularizer,
-                         kernel_constraint, bias_constraint, lora_rank, lora_alpha,
-                         quantization_config, ensemble_size=ensemble_size,
-                         alpha_initializer=point_initializer("alpha_initializer",
-                                                             alpha_initializer),
-                         gamma_initializer=point_initializer("gamma_initializer",
-                                                             gamma_initializer),
-                         **kwargs)
+        super().__init__(**init_arguments(locals()))

@@ -32,11 +32,13 @@ import tensorflow as tf
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, initializers, regularizers
 from bayes_planet.layers.attention import BayesianMultiHeadAttention, flat_plan
-from bayes_planet.layers.base import BayesianLayer, check_positive_int, split_seed
+from bayes_planet.layers.base import check_positive_int, split_seed
 from bayes_planet.layers.ensemble import (
     ENSEMBLE_SIZE,
     RANK1_POSTERIOR,
     RANK1_PRIOR,
+    Rank1Factors,
+    init_arguments,
     member_rows,
     point_initializer,
     sample_factor,
@@ -49,7 +51,7 @@ _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 @_compat.keras2_only("attention layers")
 @_register
-class EinsumDenseRank1(BayesianLayer, keras.layers.EinsumDense):
+class EinsumDenseRank1(Rank1Factors, keras.layers.EinsumDense):
     """Rank-1 Bayesian `keras.layers.EinsumDense` (see the module docstring).
 
     Args: as `keras.layers.EinsumDense` (same order; ``kernel_initializer`` and
@@ -74,28 +76,13 @@ class EinsumDenseRank1(BayesianLayer, keras.layers.EinsumDense):
                  alpha_regularizer=RANK1_PRIOR,
                  gamma_regularizer=RANK1_PRIOR,
                  use_additive_perturbation=False, seed=None, **kwargs):
-        super().__init__(
-            equation=equation, output_shape=output_shape, activation=activation,
-            bias_axes=bias_axes,
-            kernel_initializer=point_initializer("kernel_initializer", kernel_initializer),
-            bias_initializer=point_initializer("bias_initializer", bias_initializer),
-            kernel_regularizer=regularizers.get(kernel_regularizer),
-            bias_regularizer=regularizers.get(bias_regularizer),
-            activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
-            bias_constraint=bias_constraint, **kwargs)
+        super().__init__(**init_arguments(locals()))
         self._plan = flat_plan(equation)
         if self._plan is None:
             raise ValueError(
                 "EinsumDenseRank1 needs an equation that contracts the trailing input axes "
                 "with the leading kernel axes and appends the remaining kernel axes (e.g. "
                 f"'abc,cde->abde'). Received: equation={equation!r}")
-        self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
-        self.alpha_initializer = initializers.get(alpha_initializer)
-        self.gamma_initializer = initializers.get(gamma_initializer)
-        self.alpha_regularizer = regularizers.get(alpha_regularizer)
-        self.gamma_regularizer = regularizers.get(gamma_regularizer)
-        self.use_additive_perturbation = bool(use_additive_perturbation)
-        self._init_seed(seed)
 
     def add_weight(self, name=None, shape=None, *args, **kwargs):
         if name == "bias":  # Keras' build asks for one bias: one per member.
@@ -117,9 +104,6 @@ class EinsumDenseRank1(BayesianLayer, keras.layers.EinsumDense):
                 initializer=getattr(self, f"{name}_initializer"),
                 regularizer=getattr(self, f"{name}_regularizer"), dtype=self.dtype,
                 trainable=True))
-
-    def _perturb(self, t, factor):
-        return t + factor if self.use_additive_perturbation else t * factor
 
     def call(self, inputs):
         x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
@@ -146,18 +130,6 @@ class EinsumDenseRank1(BayesianLayer, keras.layers.EinsumDense):
         y = tf.reshape(y, y_shape)
         y.set_shape(static_shape)
         return self.activation(y) if self.activation is not None else y
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            ensemble_size=self.ensemble_size,
-            alpha_initializer=initializers.serialize(self.alpha_initializer),
-            gamma_initializer=initializers.serialize(self.gamma_initializer),
-            alpha_regularizer=regularizers.serialize(self.alpha_regularizer),
-            gamma_regularizer=regularizers.serialize(self.gamma_regularizer),
-            use_additive_perturbation=self.use_additive_perturbation,
-        )
-        return config
 
 
 @_register

@@ -24,7 +24,7 @@ batches).
 
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import _compat, regularizers
+from bayes_planet.layers import _compat
 from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.ensemble import (
     ENSEMBLE_SIZE,
@@ -34,7 +34,7 @@ from bayes_planet.layers.ensemble import (
     BatchEnsemble,
     EnsembleLayer,
     Rank1Ensemble,
-    point_initializer,
+    init_arguments,
 )
 
 __all__ = ["Conv1DRank1", "Conv2DBatchEnsemble", "Conv2DRank1"]
@@ -45,47 +45,19 @@ _register = keras.saving.register_keras_serializable(package="bayes_planet")
 class _EnsembleConv(EnsembleLayer):
     """Mixin for a Keras ``Conv*`` class with per-member factors and biases (`EnsembleLayer`).
 
-    Args: as the Keras convolution, in its order (``filters``, ``kernel_size``,
-      ``strides``, ``padding``, ``data_format``, ``dilation_rate``, ``groups``,
-      ``activation``, ``use_bias``, initializers, regularizers, constraints), plus
-      keyword-only ``ensemble_size`` and the factors' initializers (and, for subclasses
-      that take them, regularizers). ``kernel_initializer`` and ``bias_initializer`` must
-      be point-estimate initializers; ``groups`` must be 1.
+    Args (by name: the concrete layers hold the public signature, the Keras convolution's
+      plus keyword-only ones): as the Keras convolution, plus those of
+      `ensemble.EnsembleFactors` (and of the factor mixin). ``kernel_initializer`` and
+      ``bias_initializer`` must be point-estimate initializers; ``groups`` must be 1.
 
     Input shape: ``(E·b, *spatial, in_channels)`` (``channels_last``) or ``(E·b,
     in_channels, *spatial)``. Output shape: the Keras convolution's.
     """
 
-    def __init__(self, filters, kernel_size, strides=1, padding="valid", data_format=None,
-                 dilation_rate=1, groups=1, activation=None, use_bias=True,
-                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
-                 kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *,
-                 ensemble_size=ENSEMBLE_SIZE, alpha_initializer, gamma_initializer,
-                 alpha_regularizer=None, gamma_regularizer=None, **kwargs):
+    def __init__(self, *, filters, groups, **kwargs):
         if groups != 1:
             raise ValueError(f"Expected groups=1. Received: groups={groups!r}")
-        super().__init__(
-            filters=check_positive_int("filters", filters),
-            kernel_size=kernel_size,
-            strides=strides,
-            padding=padding,
-            data_format=data_format,
-            dilation_rate=dilation_rate,
-            groups=groups,
-            activation=activation,
-            use_bias=use_bias,
-            kernel_initializer=point_initializer("kernel_initializer", kernel_initializer),
-            bias_initializer=point_initializer("bias_initializer", bias_initializer),
-            kernel_regularizer=regularizers.get(kernel_regularizer),
-            bias_regularizer=regularizers.get(bias_regularizer),
-            activity_regularizer=activity_regularizer,
-            kernel_constraint=kernel_constraint,
-            bias_constraint=bias_constraint,
-            **kwargs,
-        )
-        self._init_ensemble(ensemble_size, alpha_initializer, gamma_initializer,
-                            alpha_regularizer, gamma_regularizer)
+        super().__init__(filters=check_positive_int("filters", filters), groups=groups, **kwargs)
 
     @property
     def _channel_axis(self):
@@ -108,15 +80,7 @@ class _Rank1Conv(Rank1Ensemble, _EnsembleConv):
                  gamma_initializer=RANK1_POSTERIOR, alpha_regularizer=RANK1_PRIOR,
                  gamma_regularizer=RANK1_PRIOR, use_additive_perturbation=False,
                  sampling="per_example", seed=None, **kwargs):
-        super().__init__(filters, kernel_size, strides, padding, data_format, dilation_rate,
-                         groups, activation, use_bias, kernel_initializer, bias_initializer,
-                         kernel_regularizer, bias_regularizer, activity_regularizer,
-                         kernel_constraint, bias_constraint, ensemble_size=ensemble_size,
-                         alpha_initializer=alpha_initializer,
-                         gamma_initializer=gamma_initializer,
-                         alpha_regularizer=alpha_regularizer,
-                         gamma_regularizer=gamma_regularizer, **kwargs)
-        self._init_rank1(use_additive_perturbation, sampling, seed)
+        super().__init__(**init_arguments(locals()))
 
 
 @_register
@@ -182,12 +146,4 @@ class Conv2DBatchEnsemble(BatchEnsemble, _EnsembleConv, keras.layers.Conv2D):
                  kernel_constraint=None, bias_constraint=None, *,
                  ensemble_size=ENSEMBLE_SIZE, alpha_initializer=FAST_WEIGHTS,
                  gamma_initializer=FAST_WEIGHTS, **kwargs):
-        super().__init__(filters, kernel_size, strides, padding, data_format, dilation_rate,
-                         groups, activation, use_bias, kernel_initializer, bias_initializer,
-                         kernel_regularizer, bias_regularizer, activity_regularizer,
-                         kernel_constraint, bias_constraint, ensemble_size=ensemble_size,
-                         alpha_initializer=point_initializer("alpha_initializer",
-                                                             alpha_initializer),
-                         gamma_initializer=point_initializer("gamma_initializer",
-                                                             gamma_initializer),
-                         **kwargs)
+        super().__init__(**init_arguments(locals()))

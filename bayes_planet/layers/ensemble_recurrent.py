@@ -35,6 +35,8 @@ Registry: the ``'lstm_cell_ensemble'`` and ``'gru_cell_ensemble'`` families (est
 ``'gru_cell'``, whose readers (the RSSM) feed plain batches.
 """
 
+import inspect
+
 import tensorflow as tf
 
 from bayes_planet._keras import keras
@@ -44,6 +46,7 @@ from bayes_planet.layers.ensemble import (
     ENSEMBLE_SIZE,
     RANK1_POSTERIOR,
     RANK1_PRIOR,
+    init_arguments,
     member_rows,
     point_initializer,
     sample_factor,
@@ -68,14 +71,18 @@ class _Rank1Cell:
     _weight_names = tuple(name for name, _, _ in _FACTORS)
     _gates = None  # G: 4 (LSTM) or 3 (GRU)
 
-    def __init__(self, *, ensemble_size, alpha_initializer, gamma_initializer,
-                 recurrent_alpha_initializer, recurrent_gamma_initializer, alpha_regularizer,
-                 gamma_regularizer, recurrent_alpha_regularizer, recurrent_gamma_regularizer,
-                 use_additive_perturbation, **kwargs):
+    def __init__(self, *, ensemble_size=ENSEMBLE_SIZE, alpha_initializer=RANK1_POSTERIOR,
+                 gamma_initializer=RANK1_POSTERIOR, recurrent_alpha_initializer=RANK1_POSTERIOR,
+                 recurrent_gamma_initializer=RANK1_POSTERIOR, alpha_regularizer=RANK1_PRIOR,
+                 gamma_regularizer=RANK1_PRIOR, recurrent_alpha_regularizer=RANK1_PRIOR,
+                 recurrent_gamma_regularizer=RANK1_PRIOR, use_additive_perturbation=False,
+                 seed=None, sampling="sequence", **kwargs):
+        """The keyword-only arguments both cells add to their Keras cell's (``kwargs``, by
+        name), with their defaults: one place for both (`__init_subclass__`)."""
         ensemble_size = check_positive_int("ensemble_size", ensemble_size)
         for name in ("kernel_initializer", "recurrent_initializer", "bias_initializer"):
             kwargs[name] = point_initializer(name, kwargs[name])
-        super().__init__(**kwargs)
+        super().__init__(seed=seed, sampling=sampling, **kwargs)
         self.ensemble_size = ensemble_size
         given = {"alpha": (alpha_initializer, alpha_regularizer),
                  "gamma": (gamma_initializer, gamma_regularizer),
@@ -85,6 +92,17 @@ class _Rank1Cell:
             setattr(self, f"{name}_initializer", initializers.get(initializer))
             setattr(self, f"{name}_regularizer", regularizers.get(regularizer))
         self.use_additive_perturbation = bool(use_additive_perturbation)
+
+    def __init_subclass__(cls, **kwargs):
+        """A cell's ``__init__`` takes its Keras cell's arguments and ``**kwargs``; its
+        signature (``inspect``, ``help``) lists `_Rank1Cell`'s keyword-only arguments
+        between them, as they are passed on."""
+        super().__init_subclass__(**kwargs)
+        if "__init__" in vars(cls):
+            own = list(inspect.signature(cls.__init__).parameters.values())
+            added = [p for p in inspect.signature(_Rank1Cell.__init__).parameters.values()
+                     if p.kind is inspect.Parameter.KEYWORD_ONLY]
+            cls.__init__.__signature__ = inspect.Signature(own[:-1] + added + own[-1:])
 
     def build(self, input_shape):
         input_dim = tf.TensorShape(input_shape)[-1]
@@ -219,33 +237,8 @@ class LSTMCellRank1(_Rank1Cell, BayesianLSTMCell):
                  bias_initializer="zeros", unit_forget_bias=True, kernel_regularizer=None,
                  recurrent_regularizer=None, bias_regularizer=None, kernel_constraint=None,
                  recurrent_constraint=None, bias_constraint=None, dropout=0.0,
-                 recurrent_dropout=0.0, *, ensemble_size=ENSEMBLE_SIZE,
-                 alpha_initializer=RANK1_POSTERIOR,
-                 gamma_initializer=RANK1_POSTERIOR,
-                 recurrent_alpha_initializer=RANK1_POSTERIOR,
-                 recurrent_gamma_initializer=RANK1_POSTERIOR,
-                 alpha_regularizer=RANK1_PRIOR,
-                 gamma_regularizer=RANK1_PRIOR,
-                 recurrent_alpha_regularizer=RANK1_PRIOR,
-                 recurrent_gamma_regularizer=RANK1_PRIOR,
-                 use_additive_perturbation=False, seed=None, sampling="sequence", **kwargs):
-        super().__init__(
-            units=units, activation=activation, recurrent_activation=recurrent_activation,
-            use_bias=use_bias, kernel_initializer=kernel_initializer,
-            recurrent_initializer=recurrent_initializer, bias_initializer=bias_initializer,
-            unit_forget_bias=unit_forget_bias, kernel_regularizer=kernel_regularizer,
-            recurrent_regularizer=recurrent_regularizer, bias_regularizer=bias_regularizer,
-            kernel_constraint=kernel_constraint, recurrent_constraint=recurrent_constraint,
-            bias_constraint=bias_constraint, dropout=dropout,
-            recurrent_dropout=recurrent_dropout, ensemble_size=ensemble_size,
-            alpha_initializer=alpha_initializer, gamma_initializer=gamma_initializer,
-            recurrent_alpha_initializer=recurrent_alpha_initializer,
-            recurrent_gamma_initializer=recurrent_gamma_initializer,
-            alpha_regularizer=alpha_regularizer, gamma_regularizer=gamma_regularizer,
-            recurrent_alpha_regularizer=recurrent_alpha_regularizer,
-            recurrent_gamma_regularizer=recurrent_gamma_regularizer,
-            use_additive_perturbation=use_additive_perturbation, seed=seed,
-            sampling=sampling, **kwargs)
+                 recurrent_dropout=0.0, **kwargs):
+        super().__init__(**init_arguments(locals()))
 
 
 @_register
@@ -272,32 +265,8 @@ class GRUCellRank1(_Rank1Cell, BayesianGRUCell):
                  bias_initializer="zeros", kernel_regularizer=None, recurrent_regularizer=None,
                  bias_regularizer=None, kernel_constraint=None, recurrent_constraint=None,
                  bias_constraint=None, dropout=0.0, recurrent_dropout=0.0, reset_after=True,
-                 *, ensemble_size=ENSEMBLE_SIZE, alpha_initializer=RANK1_POSTERIOR,
-                 gamma_initializer=RANK1_POSTERIOR,
-                 recurrent_alpha_initializer=RANK1_POSTERIOR,
-                 recurrent_gamma_initializer=RANK1_POSTERIOR,
-                 alpha_regularizer=RANK1_PRIOR,
-                 gamma_regularizer=RANK1_PRIOR,
-                 recurrent_alpha_regularizer=RANK1_PRIOR,
-                 recurrent_gamma_regularizer=RANK1_PRIOR,
-                 use_additive_perturbation=False, seed=None, sampling="sequence", **kwargs):
-        super().__init__(
-            units=units, activation=activation, recurrent_activation=recurrent_activation,
-            use_bias=use_bias, kernel_initializer=kernel_initializer,
-            recurrent_initializer=recurrent_initializer, bias_initializer=bias_initializer,
-            kernel_regularizer=kernel_regularizer, recurrent_regularizer=recurrent_regularizer,
-            bias_regularizer=bias_regularizer, kernel_constraint=kernel_constraint,
-            recurrent_constraint=recurrent_constraint, bias_constraint=bias_constraint,
-            dropout=dropout, recurrent_dropout=recurrent_dropout, reset_after=reset_after,
-            ensemble_size=ensemble_size, alpha_initializer=alpha_initializer,
-            gamma_initializer=gamma_initializer,
-            recurrent_alpha_initializer=recurrent_alpha_initializer,
-            recurrent_gamma_initializer=recurrent_gamma_initializer,
-            alpha_regularizer=alpha_regularizer, gamma_regularizer=gamma_regularizer,
-            recurrent_alpha_regularizer=recurrent_alpha_regularizer,
-            recurrent_gamma_regularizer=recurrent_gamma_regularizer,
-            use_additive_perturbation=use_additive_perturbation, seed=seed,
-            sampling=sampling, **kwargs)
+                 **kwargs):
+        super().__init__(**init_arguments(locals()))
 
     def _bias_shape(self):
         return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
