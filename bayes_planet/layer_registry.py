@@ -57,6 +57,7 @@ _FAMILIES = {
     }),
     "conv1d_ensemble": ("Conv1D", {
         "rank1": "ensemble_conv.Conv1DRank1",
+        "batch_ensemble": "ensemble_conv.Conv1DBatchEnsemble",
     }),
     "conv2d_ensemble": ("Conv2D", {
         "rank1": "ensemble_conv.Conv2DRank1",

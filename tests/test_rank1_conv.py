@@ -1,4 +1,5 @@
-"""Rank-1 (`Conv1DRank1`, `Conv2DRank1`) and BatchEnsemble (`Conv2DBatchEnsemble`) convolutions.
+"""Rank-1 (`Conv1DRank1`, `Conv2DRank1`) and BatchEnsemble (`Conv1DBatchEnsemble`,
+`Conv2DBatchEnsemble`) convolutions.
 
 The contract harness; each member against ``tf.nn.convolution`` with the kernel scaled by
 the member's α (input channels) and γ (output channels) at their posterior means; the
@@ -26,12 +27,12 @@ from bayes_planet.testing import (
     wide_factors,
 )
 
-CONVS = [bl.Conv1DRank1, bl.Conv2DRank1, bl.Conv2DBatchEnsemble]
+CONVS = [bl.Conv1DRank1, bl.Conv2DRank1, bl.Conv1DBatchEnsemble, bl.Conv2DBatchEnsemble]
 RANK1 = (bl.Conv1DRank1, bl.Conv2DRank1)
 
 
 def _spatial(cls):
-    return (7,) if cls is bl.Conv1DRank1 else (6, 5)
+    return (7,) if issubclass(cls, keras.layers.Conv1D) else (6, 5)
 
 
 def _means(layer):
@@ -39,10 +40,12 @@ def _means(layer):
 
 
 def test_registered_as_their_own_families():
-    assert layer_registry.estimators("conv1d_ensemble") == ("deterministic", "rank1")
+    assert layer_registry.estimators("conv1d_ensemble") == ("deterministic", "rank1",
+                                                           "batch_ensemble")
     assert layer_registry.estimators("conv2d_ensemble") == ("deterministic", "rank1",
                                                            "batch_ensemble")
     assert layer_registry.get("conv1d_ensemble", "rank1") is bl.Conv1DRank1
+    assert layer_registry.get("conv1d_ensemble", "batch_ensemble") is bl.Conv1DBatchEnsemble
     assert layer_registry.get("conv2d_ensemble", "rank1") is bl.Conv2DRank1
     assert layer_registry.get("conv2d_ensemble", "batch_ensemble") is bl.Conv2DBatchEnsemble
     assert layer_registry.get("conv2d_ensemble", "deterministic") is keras.layers.Conv2D
@@ -53,7 +56,8 @@ def test_registered_as_their_own_families():
 @pytest.mark.parametrize("cls, trainable, non_trainable, losses", [
     (bl.Conv1DRank1, 6, 1, 2),  # kernel, α/γ (mean, stddev), bias; seed counter; KL α, γ
     (bl.Conv2DRank1, 6, 1, 2),
-    (bl.Conv2DBatchEnsemble, 4, 0, 0),  # kernel, α, γ, bias
+    (bl.Conv1DBatchEnsemble, 4, 0, 0),  # kernel, α, γ, bias
+    (bl.Conv2DBatchEnsemble, 4, 0, 0),
 ], ids=lambda v: getattr(v, "__name__", str(v)))
 def test_contract(cls, trainable, non_trainable, losses):
     spatial = _spatial(cls)
@@ -95,6 +99,7 @@ def _reference_member(x, kernel, alpha, gamma, bias, *, strides, padding, dilati
     (bl.Conv1DRank1, {"strides": 2}),
     (bl.Conv2DRank1, {"padding": "same"}),
     (bl.Conv2DRank1, {"strides": 2}),
+    (bl.Conv1DBatchEnsemble, {"padding": "causal", "dilation_rate": 2}),
     (bl.Conv2DBatchEnsemble, {"dilation_rate": 2, "padding": "same"}),
     (bl.Conv2DBatchEnsemble, {"use_bias": False}),
 ], ids=lambda v: getattr(v, "__name__", None) or "-".join(f"{k}={w}" for k, w in v.items()))
@@ -218,7 +223,10 @@ def test_bad_input_is_one_line():
         bl.Conv2DRank1(3, 3, kernel_initializer="trainable_normal")
     with pytest.raises(ValueError, match=r"Received: alpha_initializer='trainable_normal'$"):
         bl.Conv2DBatchEnsemble(3, 3, alpha_initializer="trainable_normal")
-
+    with pytest.raises(ValueError, match=r"Received: gamma_initializer='trainable_normal'$"):
+        bl.Conv1DBatchEnsemble(3, 3, gamma_initializer="trainable_normal")
+    with pytest.raises(ValueError, match=r"^Expected groups=1\. Received: groups=3$"):
+        bl.Conv1DBatchEnsemble(3, 3, groups=3)
 
 
 @pytest.mark.parametrize("cls", CONVS)

@@ -32,7 +32,12 @@ from bayes_planet.layers.dense import (
 )
 from bayes_planet.layers.ensemble import DenseBatchEnsemble, DenseRank1
 from bayes_planet.layers.ensemble_attention import EinsumDenseRank1, MultiHeadAttentionRank1
-from bayes_planet.layers.ensemble_conv import Conv1DRank1, Conv2DBatchEnsemble, Conv2DRank1
+from bayes_planet.layers.ensemble_conv import (
+    Conv1DBatchEnsemble,
+    Conv1DRank1,
+    Conv2DBatchEnsemble,
+    Conv2DRank1,
+)
 from bayes_planet.layers.ensemble_models import (
     DeepEnsemble,
     EnsembleModel,
@@ -128,6 +133,7 @@ __all__ = [
     "Bernoulli",
     "Categorical",
     "ConstantMean",
+    "Conv1DBatchEnsemble",
     "Conv1DFlipout",
     "Conv1DRank1",
     "Conv1DReparameterization",

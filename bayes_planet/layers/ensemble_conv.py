@@ -1,5 +1,5 @@
 """Ensemble convolutions: rank-1 Bayesian (`Conv1DRank1`, `Conv2DRank1`) and BatchEnsemble
-(`Conv2DBatchEnsemble`).
+(`Conv1DBatchEnsemble`, `Conv2DBatchEnsemble`).
 
 The convolutional twins of `bayes_planet.layers.ensemble`'s dense layers, with the same
 conventions (shared mixins): ``ensemble_size`` members share one point-estimate kernel
@@ -16,8 +16,8 @@ Batch convention as for the dense layers (edward2's): a batch of ``E·b`` exampl
 by ``E`` is a one-line error. ``padding='causal'`` (Conv1D) pads the perturbed input, as
 ``'same'`` does. ``groups`` must be 1.
 
-Registry: the ``'conv1d_ensemble'`` (``'rank1'``) and ``'conv2d_ensemble'`` (``'rank1'``,
-``'batch_ensemble'``) families of `bayes_planet.layer_registry`, not estimators of
+Registry: the ``'conv1d_ensemble'`` and ``'conv2d_ensemble'`` families (estimators
+``'rank1'`` and ``'batch_ensemble'``) of `bayes_planet.layer_registry`, not estimators of
 ``'conv1d'``/``'conv2d'``, for the dense layers' reason (their readers feed plain
 batches).
 """
@@ -37,7 +37,7 @@ from bayes_planet.layers.ensemble import (
     init_arguments,
 )
 
-__all__ = ["Conv1DRank1", "Conv2DBatchEnsemble", "Conv2DRank1"]
+__all__ = ["Conv1DBatchEnsemble", "Conv1DRank1", "Conv2DBatchEnsemble", "Conv2DRank1"]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
@@ -125,8 +125,39 @@ class Conv2DRank1(_Rank1Conv, keras.layers.Conv2D):
     """
 
 
+class _BatchEnsembleConv(BatchEnsemble, _EnsembleConv):
+    """BatchEnsemble convolution (Wen et al., 2020); see `Conv2DBatchEnsemble`."""
+
+    def __init__(self, filters, kernel_size, strides=1, padding="valid", data_format=None,
+                 dilation_rate=1, groups=1, activation=None, use_bias=True,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
+                 kernel_constraint=None, bias_constraint=None, *,
+                 ensemble_size=ENSEMBLE_SIZE, alpha_initializer=FAST_WEIGHTS,
+                 gamma_initializer=FAST_WEIGHTS, **kwargs):
+        super().__init__(**init_arguments(locals()))
+
+
 @_register
-class Conv2DBatchEnsemble(BatchEnsemble, _EnsembleConv, keras.layers.Conv2D):
+class Conv1DBatchEnsemble(_BatchEnsembleConv, keras.layers.Conv1D):
+    """BatchEnsemble 1-D convolution (Wen et al., 2020): deterministic rank-1 fast weights.
+
+    `Conv2DBatchEnsemble` for sequences (the BatchEnsemble twin of `Conv1DRank1`): a
+    `keras.layers.Conv1D` (same arguments and shapes) whose kernel is shared by
+    ``ensemble_size`` members, each with fast weights α_e ``[in_channels]`` and γ_e
+    ``[filters]`` (plain trainable weights, default `initializers.RandomSign`, ±1) and its
+    own bias; member ``e`` computes ``activation(conv1d(x ∘ α_e, W) ∘ γ_e + b_e)`` on
+    block ``e`` of the batch. No KL and no noise (so no ``seed``); ``padding='causal'``
+    pads the perturbed input.
+
+    Args: as `keras.layers.Conv1D` (same order; ``groups`` must be 1), plus keyword-only
+      ensemble_size: the number of members E (default 4).
+      alpha_initializer, gamma_initializer: Keras initializers of the fast weights.
+    """
+
+
+@_register
+class Conv2DBatchEnsemble(_BatchEnsembleConv, keras.layers.Conv2D):
     """BatchEnsemble 2-D convolution (Wen et al., 2020): deterministic rank-1 fast weights.
 
     Like `Conv2DRank1` with point-estimate factors: α ``[E, in_channels]`` and γ
@@ -138,12 +169,3 @@ class Conv2DBatchEnsemble(BatchEnsemble, _EnsembleConv, keras.layers.Conv2D):
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer: Keras initializers of the fast weights.
     """
-
-    def __init__(self, filters, kernel_size, strides=1, padding="valid", data_format=None,
-                 dilation_rate=1, groups=1, activation=None, use_bias=True,
-                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
-                 kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *,
-                 ensemble_size=ENSEMBLE_SIZE, alpha_initializer=FAST_WEIGHTS,
-                 gamma_initializer=FAST_WEIGHTS, **kwargs):
-        super().__init__(**init_arguments(locals()))
