@@ -384,7 +384,8 @@ def test_mixed_precision_fit_and_float32_predictive(policy):
                                                                            ensemble_size=2),
                                   bl.MCDropout(0.2, seed=0), bl.DenseBatchEnsemble(
                                       4, ensemble_size=2)])
-        assert inner(normal_array(4, 5)).dtype == keras.mixed_precision.global_policy().compute_dtype
+        compute = keras.mixed_precision.global_policy().compute_dtype
+        assert inner(normal_array(4, 5)).dtype == compute
         model = bl.EnsembleModel(inner, 2)
         model.compile(keras.optimizers.Adam(1e-3), LOGITS_LOSS)
         history = model.fit(normal_array(4, 5), _labels(4), batch_size=4, epochs=2, verbose=0)

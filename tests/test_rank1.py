@@ -10,10 +10,16 @@ import contextlib
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
+from bayes_planet.layers.ensemble import (
+    RANK1_PRIOR,
+    Rank1CauchyKLDivergence,
+    TrainableRandomSignCauchy,
+)
 from bayes_planet.testing import (
     check_batch_checked_at_run_time,
     check_mixed_precision_fit,
@@ -25,6 +31,7 @@ from bayes_planet.testing import (
     wide_factors,
 )
 
+tfd = tfp.distributions
 ENSEMBLES = [bl.DenseRank1, bl.DenseBatchEnsemble]
 
 
@@ -93,7 +100,7 @@ def test_rank1_additive_perturbation():
 
 def test_rank1_samples_per_example_around_the_mean():
     """Without posterior_mean, each row gets its own draw of α, γ; the mean call is exact."""
-    x = np.tile(normal_array(1, 3, seed=2), [8, 1])  # one example repeated: rows differ by noise only
+    x = np.tile(normal_array(1, 3, seed=2), [8, 1])  # one example: rows differ by noise only
     layer = bl.DenseRank1(4, ensemble_size=2, seed=0, **wide_factors(["alpha"]))
     noisy = layer(x).numpy()
     with bl.posterior_mean(layer):
@@ -167,15 +174,19 @@ def test_mixed_float16(cls):
         check_mixed_precision_fit(model, normal_array(8, 5), normal_array(8, 2, seed=1))
 
 
-def _alpha_probe(sampling, alpha_mean, alpha_stddev, rows, ensemble_size=2, dim=8, seed=0):
+def _alpha_probe(sampling, alpha_mean, alpha_stddev, rows, ensemble_size=2, dim=8, seed=0,
+                 posterior=bl.TrainableRandomSignNormal):
     """A DenseRank1 whose output is its draw of α: ``W = I``, γ ≡ 1 (stddev e⁻³⁰), no bias,
-    inputs of ones; α ~ N(alpha_mean, alpha_stddev²) per entry."""
+    inputs of ones; α ~ N(alpha_mean, alpha_stddev²) per entry (or the ``posterior``
+    class with that location and scale, e.g. Cauchy)."""
     layer = bl.DenseRank1(
         dim, use_bias=False, kernel_initializer="identity", ensemble_size=ensemble_size,
         sampling=sampling, seed=seed,
-        alpha_initializer=bl.TrainableRandomSignNormal(
+        alpha_initializer=posterior(
             mean_initializer=keras.initializers.Constant(alpha_mean),
             stddev_initializer=keras.initializers.Constant(np.log(alpha_stddev))),
+        alpha_regularizer=("rank1_cauchy_kl_divergence"
+                           if posterior is TrainableRandomSignCauchy else RANK1_PRIOR),
         gamma_initializer=bl.TrainableRandomSignNormal(
             mean_initializer="ones", stddev_initializer=keras.initializers.Constant(-30.0)))
     x = np.ones([ensemble_size * rows, dim], np.float32)
@@ -250,3 +261,76 @@ def test_rank1_per_member_with_one_deterministic_factor():
     np.testing.assert_array_equal(first[0], first[1])
     assert not np.allclose(first, second)
     assert len(layer.losses) == 2  # the point mass's -log prior and γ's KL
+
+
+# Cauchy factors ---------------------------------------------------------------------------
+
+CAUCHY = {"alpha_initializer": "trainable_cauchy", "gamma_initializer": "trainable_cauchy",
+          "alpha_regularizer": "rank1_cauchy_kl_divergence",
+          "gamma_regularizer": "rank1_cauchy_kl_divergence"}
+
+
+@pytest.mark.parametrize("sampling", ["per_example", "per_member"])
+def test_cauchy_factor_draws_are_tfp_cauchy(sampling):
+    """α ~ Cauchy(0.5, 0.3) clipped to [-10, 10]: the empirical CDF at 9 points (inside
+    the clip) and the clipped fraction equal tfp's Cauchy CDF within 5 binomial standard
+    errors (n = 8192 draws, seeded)."""
+    loc, scale = 0.5, 0.3
+    rows, calls = (4096, 1) if sampling == "per_example" else (4, 1024)
+    layer, x = _alpha_probe(sampling, loc, scale, rows, posterior=TrainableRandomSignCauchy)
+    call = tf.function(layer)
+    out = np.stack([call(x).numpy() for _ in range(calls)])
+    blocks = out.reshape(-1, 2, rows, 8)  # [calls, member, row, α entry]
+    samples = (blocks[:, :, 0] if sampling == "per_member" else blocks).ravel()
+    n = samples.size
+    cauchy = tfd.Cauchy(loc, scale)
+    for point in (-9.0, -1.0, 0.0, 0.3, 0.5, 0.7, 1.0, 2.0, 9.0):
+        p = float(cauchy.cdf(point))
+        assert abs(np.mean(samples <= point) - p) < 5 * np.sqrt(p * (1 - p) / n), point
+    tails = float(cauchy.cdf(-10.0)) + 1 - float(cauchy.cdf(10.0))  # ≈ 0.019: clipped
+    clipped = np.mean(np.abs(samples) == 10.0)
+    assert abs(clipped - tails) < 5 * np.sqrt(tails * (1 - tails) / n), (clipped, tails)
+    assert np.abs(samples).max() == 10.0
+
+
+def test_cauchy_kl_is_tfps_closed_form_to_cauchy_1_0_1():
+    layer = bl.DenseRank1(4, ensemble_size=3, seed=0, **CAUCHY)
+    layer(normal_array(6, 5))
+    prior = tfd.Cauchy(1.0, 0.1)
+    expected = [float(tf.reduce_sum(tfd.kl_divergence(tfd.Cauchy(w.loc(), w.scale()), prior)))
+                for w in (layer.alpha, layer.gamma)]
+    np.testing.assert_allclose([float(v) for v in layer.losses], expected, rtol=1e-5)
+    assert all(k > 0 for k in expected)
+
+
+def test_cauchy_contract_and_posterior_mean_is_the_location():
+    run_layer_test(bl.DenseRank1, {"units": 3, "ensemble_size": 2, **CAUCHY}, (4, 5),
+                   expected_output_shape=(4, 3), expected_num_losses=2)
+    layer = bl.DenseRank1(3, ensemble_size=2, use_bias=False, seed=0, **CAUCHY)
+    x = normal_array(4, 5, seed=1)
+    layer.build(x.shape)
+    with bl.posterior_mean(layer):
+        mean = layer(x).numpy()
+    alpha, gamma = (w.loc().numpy() for w in (layer.alpha, layer.gamma))
+    kernel = layer.kernel.numpy()
+    for e in range(2):
+        np.testing.assert_allclose(mean[2 * e:2 * e + 2],
+                                   ((x[2 * e:2 * e + 2] * alpha[e]) @ kernel) * gamma[e],
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_cauchy_bad_names_and_priors_are_one_line():
+    with pytest.raises(ValueError, match=r"^Unknown alpha_initializer\. .* Received: "
+                                         r"alpha_initializer='trainable_cauchi'$"):
+        bl.DenseRank1(3, alpha_initializer="trainable_cauchi")
+    with pytest.raises(ValueError, match=r"^Unknown gamma_regularizer\. .* Received: "
+                                         r"gamma_regularizer='cauchy_kl'$"):
+        bl.Conv2DRank1(3, 3, gamma_regularizer="cauchy_kl")
+    with pytest.raises(ValueError, match=r"infinite KL divergence to a normal prior; use "
+                                         r"'rank1_cauchy_kl_divergence'\. Received: "
+                                         r"alpha_initializer=TrainableRandomSignCauchy, "
+                                         r"alpha_regularizer=Rank1NormalKLDivergence$"):
+        bl.DenseRank1(3, alpha_initializer="trainable_cauchy")
+    with pytest.raises(ValueError, match=r"^Expected a positive prior scale\. "
+                                         r"Received: scale=0\.0$"):
+        Rank1CauchyKLDivergence(scale=0.0)

@@ -9,6 +9,7 @@ precision (float64 is in test_float64.py).
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
@@ -266,3 +267,23 @@ def test_mixed_precision(policy):
         assert len(model.losses) == 12 and all(v.dtype == tf.float32 for v in model.losses)
         assert all(g is not None and np.all(np.isfinite(tf.cast(tf.convert_to_tensor(g),
                                                                 tf.float32))) for g in grads)
+
+
+def test_cauchy_factors():
+    """``'trainable_cauchy'`` factors with their Cauchy(1, 0.1) prior on every projection:
+    the KL is tfp's closed form, the outputs are finite, the config keeps them."""
+    layer = bl.MultiHeadAttentionRank1(2, 3, ensemble_size=2, seed=0,
+                                       alpha_initializer="trainable_cauchy",
+                                       gamma_initializer="trainable_cauchy",
+                                       alpha_regularizer="rank1_cauchy_kl_divergence",
+                                       gamma_regularizer="rank1_cauchy_kl_divergence")
+    x = normal_array(4, 5, 6)
+    assert np.all(np.isfinite(layer(x, x)))
+    factors = [getattr(getattr(layer, attr), name) for attr in PROJECTIONS
+               for name in ("alpha", "gamma")]
+    expected = sum(float(tf.reduce_sum(tfp.distributions.kl_divergence(
+        tfp.distributions.Cauchy(w.loc(), w.scale()), tfp.distributions.Cauchy(1.0, 0.1))))
+        for w in factors)
+    np.testing.assert_allclose(float(tf.add_n(layer.losses)), expected, rtol=1e-5)
+    config = bl.MultiHeadAttentionRank1.from_config(layer.get_config()).get_config()
+    assert config["alpha_initializer"]["class_name"].endswith("TrainableRandomSignCauchy")

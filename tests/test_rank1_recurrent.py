@@ -10,6 +10,7 @@ closed form; bad input; mixed precision and float64.
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
@@ -189,7 +190,8 @@ def test_factors_are_fixed_across_the_steps_of_a_sequence(sampling):
     recurrence that only holds with fixed gates: it holds with ``sampling='sequence'``
     and breaks with a draw per step (``'step'``)."""
     x = np.repeat(_seq(batch=4, time=1, seed=5), 3, axis=1)  # the same input at 3 steps
-    cell = bl.GRUCellRank1(6, ensemble_size=2, seed=6, sampling=sampling, **wide_factors(FACTORS, 0.5))
+    cell = bl.GRUCellRank1(6, ensemble_size=2, seed=6, sampling=sampling,
+                           **wide_factors(FACTORS, 0.5))
     rnn = keras.layers.RNN(cell, return_sequences=True)
     rnn(x)
     cell.recurrent_kernel.assign(tf.zeros_like(cell.recurrent_kernel))
@@ -316,3 +318,24 @@ def test_mixed_precision(cls, policy):
         model.compile(keras.optimizers.Adam(1e-3), "mse")  # a loss-scale optimizer for float16
         hist = model.fit(x, y, batch_size=4, epochs=1, verbose=0)
         assert np.isfinite(hist.history["loss"][0])
+
+
+def test_cauchy_factors():
+    """``'trainable_cauchy'`` factors with their Cauchy(1, 0.1) prior: the KL is tfp's
+    closed form, the config round trip keeps them, a normal prior is refused naming both."""
+    cauchy = {**{f"{name}_initializer": "trainable_cauchy" for name in FACTORS},
+              **{f"{name}_regularizer": "rank1_cauchy_kl_divergence" for name in FACTORS}}
+    cell = bl.GRUCellRank1(3, ensemble_size=2, seed=0, **cauchy)
+    out = keras.layers.RNN(cell)(_seq())
+    assert np.all(np.isfinite(out))
+    factors = [getattr(cell, name) for name in FACTORS]
+    expected = [float(tf.reduce_sum(tfp.distributions.kl_divergence(
+        tfp.distributions.Cauchy(w.loc(), w.scale()), tfp.distributions.Cauchy(1.0, 0.1))))
+        for w in factors]
+    np.testing.assert_allclose([float(v) for v in cell.losses], expected, rtol=1e-5)
+    clone = bl.GRUCellRank1.from_config(cell.get_config())
+    assert type(clone.recurrent_gamma_initializer) is type(cell.recurrent_gamma_initializer)
+    with pytest.raises(ValueError, match=r"Received: recurrent_alpha_initializer="
+                                         r"TrainableRandomSignCauchy, recurrent_alpha_"
+                                         r"regularizer=Rank1NormalKLDivergence$"):
+        bl.LSTMCellRank1(3, recurrent_alpha_initializer="trainable_cauchy")

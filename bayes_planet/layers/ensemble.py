@@ -18,6 +18,11 @@ not divisible by ``E`` raises a one-line error naming both sizes (a ``tf.debuggi
 assertion when the batch size is only known at run time). Inputs may have middle axes
 ``(E·b, ..., in)``; the factors then apply to every position of an example.
 
+Factor posteriors: factorized normal (default, prior N(1, 0.1²)) or, as an option,
+Cauchy (``alpha_initializer='trainable_cauchy'`` with
+``alpha_regularizer='rank1_cauchy_kl_divergence'``, prior Cauchy(1, 0.1), KL in closed
+form: a Cauchy's KL to a normal prior is infinite, so that pairing is refused).
+
 Registry: both are the ``'dense_ensemble'`` family of `bayes_planet.layer_registry`
 (estimators ``'rank1'`` and ``'batch_ensemble'``, Keras twin ``Dense``), not estimators
 of the ``'dense'`` family: that family's estimators are drop-in replacements read by the
@@ -26,10 +31,14 @@ experiment and the uncertainty benchmark, all of which feed plain batches; an en
 layer needs the tiled batch convention, so listing it there would break them silently.
 """
 
+import math
+
 import tensorflow as tf
+import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, initializers, regularizers
+from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.base import (
     BayesianLayer,
     check_dense_extras,
@@ -38,7 +47,11 @@ from bayes_planet.layers.base import (
     per_example,
     split_seed,
 )
-from bayes_planet.layers.initializers import DistributionInitializer, MomentsUnavailableError
+from bayes_planet.layers.initializers import (
+    DistributionInitializer,
+    MomentsUnavailableError,
+    TrainableRandomSignNormal,
+)
 from bayes_planet.layers.noise import MAX_ABS, standard_normal
 
 __all__ = [
@@ -48,16 +61,22 @@ __all__ = [
     "EnsembleFactors",
     "EnsembleLayer",
     "Rank1Ensemble",
+    "Rank1CauchyKLDivergence",
     "Rank1Factors",
+    "TrainableRandomSignCauchy",
     "draw_factor",
-    "factor_moments",
+    "factor_initializer",
+    "factor_posterior",
+    "factor_regularizer",
     "init_arguments",
     "member_rows",
     "point_initializer",
     "sample_factor",
+    "standard_cauchy",
 ]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
+tfd = tfp.distributions
 
 #: Sampled rank-1 factors are clipped to [-CLIP, CLIP] (edward2's perturbation bounds).
 CLIP = 10.0
@@ -70,6 +89,112 @@ FAST_WEIGHTS = "random_sign"  # BatchEnsemble's α, γ start at ±1
 SAMPLINGS = ("per_example", "per_member")
 # Relative slack of the no-clip test for float rounding of a sample (float16 included).
 _ROUNDING_SLACK = 1.01
+
+
+def standard_cauchy(shape, seed, dtype=tf.float32):
+    """Standard Cauchy draws ``tan(π (u - 1/2))`` of stateless uniforms ``u`` (computed in
+    float32, returned in ``dtype``); unbounded, so factor draws are always clipped."""
+    u = tf.random.stateless_uniform(tf.convert_to_tensor(shape, tf.int32), seed)
+    return tf.cast(tf.tan(math.pi * (u - 0.5)), dtype)
+
+
+@_register
+class TrainableRandomSignCauchy(TrainableRandomSignNormal):
+    """Cauchy(location, scale) posterior of a rank-1 factor (edward2's ``trainable_cauchy``,
+    the heavy-tailed option of Dusenberry et al., 2020). Alias ``'trainable_cauchy'``.
+
+    Parameters and initial values as `TrainableRandomSignNormal` (the location starts at
+    random signs ±1, the scale at ≈ 0.032; held as its ``mean`` and log-space ``stddev``
+    variables): ``loc()`` is the location (the median, what `posterior_mean` uses),
+    ``scale()`` the Cauchy scale. A Cauchy has no mean or variance, so ``moments()``
+    raises `MomentsUnavailableError` (closed-form normal KLs refuse it); ``sample`` draws
+    ``loc + scale · standard_cauchy``. Its KL prior is `Rank1CauchyKLDivergence`.
+    """
+
+    def moments(self, dtype=None):
+        raise MomentsUnavailableError(
+            f"{type(self).__name__} is a Cauchy posterior: no mean or variance.")
+
+    def sample(self, seed, dtype=None, num_samples=1):
+        loc, scale = self.loc(), self.scale()
+        dtype = dtype or loc.dtype
+        shape = tf.shape(loc) if num_samples == 1 else [num_samples, *loc.shape]
+        return tf.cast(loc, dtype) + tf.cast(scale, dtype) * standard_cauchy(shape, seed, dtype)
+
+    def distribution(self):
+        return tfd.Independent(tfd.Cauchy(self.loc(), self.scale()),
+                               reinterpreted_batch_ndims=self.weight_shape.rank)
+
+
+@_register
+class Rank1CauchyKLDivergence(regularizers.KLRegularizer):
+    """KL(q || Cauchy(loc, scale)) of a rank-1 factor with a `TrainableRandomSignCauchy`
+    posterior, summed over its entries, in closed form (Chyzak & Nielsen, 2019; tfp's
+    registered Cauchy–Cauchy KL): ``log((s_q + s_p)² + (l_q - l_p)²) - log(4 s_q s_p)``.
+    Default prior Cauchy(1, 0.1): the factors act as the identity at 1 (as
+    `regularizers.Rank1NormalKLDivergence`'s N(1, 0.1²)). A Cauchy posterior's KL to a
+    normal prior is infinite (no variance), hence this prior. Alias
+    ``'rank1_cauchy_kl_divergence'``.
+    """
+
+    def __init__(self, loc=1.0, scale=0.1, scale_factor=1.0, dataset_size=None):
+        super().__init__(scale_factor, dataset_size)
+        if not scale > 0:
+            raise ValueError(f"Expected a positive prior scale. Received: scale={scale!r}")
+        self.loc, self.scale = float(loc), float(scale)
+
+    def divergence(self, x):
+        if not isinstance(x, TrainableRandomSignCauchy):
+            raise TypeError("Expected a Cauchy posterior (TrainableRandomSignCauchy) for "
+                            f"Rank1CauchyKLDivergence. Received: {type(x).__name__}")
+        loc, scale = x.loc(), x.scale()
+        n = tf.cast(tf.size(loc), loc.dtype)
+        spread = tf.square(scale + self.scale) + tf.square(loc - self.loc)
+        return (tf.reduce_sum(tf.math.log(spread) - tf.math.log(scale))
+                - n * math.log(4.0 * self.scale))
+
+    def get_config(self):
+        return {"loc": self.loc, "scale": self.scale, **super().get_config()}
+
+
+#: The rank-1 factors' own posterior and prior names (besides those of
+#: `initializers.get` and `regularizers.get`).
+FACTOR_POSTERIORS = {"trainable_cauchy": TrainableRandomSignCauchy}
+FACTOR_PRIORS = {"rank1_cauchy_kl_divergence": Rank1CauchyKLDivergence}
+
+
+def _resolve(name, value, own, get, kind):
+    """``value`` by `_registry.resolve` with ``own`` aliases (their configs too, legacy HDF5
+    ones included) before ``get``; a one-line error naming the argument ``name``."""
+    try:
+        return resolve(value, own, get, kind)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"Unknown {name}. Expected one of {sorted(own)}, a library or Keras "
+                         f"{kind} name, a config or an instance. Received: {name}={value!r}"
+                         ) from e
+
+
+def factor_initializer(name, value):
+    """A rank-1 factor's posterior ``value`` resolved (``'trainable_cauchy'`` and every
+    `initializers.get` name); a one-line error naming ``name`` for an unknown one."""
+    return _resolve(name, value, FACTOR_POSTERIORS, initializers.get, "initializer")
+
+
+def factor_regularizer(name, value):
+    """A rank-1 factor's KL prior ``value`` resolved (``'rank1_cauchy_kl_divergence'`` and
+    every `regularizers.get` name); a one-line error naming ``name`` for an unknown one."""
+    return _resolve(name, value, FACTOR_PRIORS, regularizers.get, "regularizer")
+
+
+def check_factor_prior(layer_name, name, posterior, prior):
+    """A one-line error naming both when ``prior`` cannot take ``posterior``: a Cauchy
+    posterior has no closed-form (in fact an infinite) KL to a normal prior."""
+    if isinstance(posterior, TrainableRandomSignCauchy) and isinstance(
+            prior, regularizers.NormalKLDivergence):
+        raise ValueError(
+            f"{layer_name}: a Cauchy posterior has an infinite KL divergence to a normal "
+            f"prior; use '{next(iter(FACTOR_PRIORS))}'. Received: {name}_initializer="
+            f"{type(posterior).__name__}, {name}_regularizer={type(prior).__name__}")
 
 
 def init_arguments(values):
@@ -143,13 +268,20 @@ class EnsembleFactors(_compat.LayerState):
                                                           alpha_initializer)
         self.gamma_initializer = self._factor_initializer("gamma_initializer",
                                                           gamma_initializer)
-        self.alpha_regularizer = regularizers.get(alpha_regularizer)
-        self.gamma_regularizer = regularizers.get(gamma_regularizer)
+        self.alpha_regularizer = self._factor_regularizer("alpha_regularizer",
+                                                          alpha_regularizer)
+        self.gamma_regularizer = self._factor_regularizer("gamma_regularizer",
+                                                          gamma_regularizer)
 
     def _factor_initializer(self, name, value):
         """A factor's initializer ``value`` resolved (a posterior or a point estimate)."""
         del name
         return initializers.get(value)
+
+    def _factor_regularizer(self, name, value):
+        """A factor's regularizer ``value`` resolved."""
+        del name
+        return regularizers.get(value)
 
     def _perturb(self, t, factor):
         """How a factor acts on the inputs and outputs: ``t ∘ factor``."""
@@ -235,35 +367,42 @@ class EnsembleLayer(EnsembleFactors):
         return self.activation(out) if self.activation is not None else out
 
 
-def factor_moments(layer, name, dtype):
-    """(loc, scale) of the posterior of the rank-1 factor ``layer.<name>`` (``[E, dim]``), as
-    ``[E, 1, dim]`` (scale None: deterministic, e.g. inside `posterior_mean`). Needs
-    closed-form normal moments: a one-line error naming ``<name>_initializer`` otherwise."""
+def factor_posterior(layer, name, dtype):
+    """``(loc, scale, noise)`` of the posterior of the rank-1 factor ``layer.<name>``
+    (``[E, dim]``) as ``[E, 1, dim]``: a factorized normal's moments with
+    `standard_normal` noise, a Cauchy's location and scale with `standard_cauchy` (scale
+    None: deterministic, e.g. inside `posterior_mean`). Any other posterior: a one-line
+    error naming ``<name>_initializer``."""
     weight = getattr(layer, name)
+    noise = standard_normal
     try:
         loc, scale = moments(weight, dtype)
     except MomentsUnavailableError as e:
-        raise ValueError(
-            f"{type(layer).__name__} samples {name} from closed-form factorized "
-            f"normal moments (loc, scale). Received: {name}_initializer="
-            f"{type(weight).__name__}") from e
-    return tf.expand_dims(loc, 1), None if scale is None else tf.expand_dims(scale, 1)
+        if not isinstance(weight, TrainableRandomSignCauchy):
+            raise ValueError(
+                f"{type(layer).__name__} samples {name} from a factorized normal or Cauchy "
+                f"posterior. Received: {name}_initializer={type(weight).__name__}") from e
+        loc, scale, noise = tf.cast(weight.loc(), dtype), tf.cast(weight.scale(), dtype), \
+            standard_cauchy
+    return tf.expand_dims(loc, 1), None if scale is None else tf.expand_dims(scale, 1), noise
 
 
-def draw_factor(loc, scale, rows, seed, dtype, per_member=False):
-    """A draw of rank-1 factors from ``(loc, scale)`` ``[E, 1, dim]`` (`factor_moments`):
-    ``[E, rows, dim]`` (one per example, replica-aware via `base.per_example`) or, with
-    ``per_member``, ``[E, 1, dim]``; ``loc`` itself when ``scale`` is None. Clipped to
-    [-CLIP, CLIP] (edward2's bounds)."""
+def draw_factor(loc, scale, rows, seed, dtype, per_member=False, noise=standard_normal):
+    """A draw of rank-1 factors ``loc + scale · noise`` from ``[E, 1, dim]`` parameters
+    (`factor_posterior`): ``[E, rows, dim]`` (one per example, replica-aware via
+    `base.per_example`) or, with ``per_member``, ``[E, 1, dim]``; ``loc`` itself when
+    ``scale`` is None. Clipped to [-CLIP, CLIP] (edward2's bounds)."""
     if scale is None:
         return loc
     members, dim = loc.shape[0], loc.shape[-1]
     if per_member:
-        eps = standard_normal([members, 1, dim], seed, dtype=dtype)
+        eps = noise([members, 1, dim], seed, dtype=dtype)
         return tf.clip_by_value(loc + scale * eps, -CLIP, CLIP)
-    eps = per_example(lambda shape, s: standard_normal(shape, s, dtype=dtype),
+    eps = per_example(lambda shape, s: noise(shape, s, dtype=dtype),
                       tf.stack([members * rows, dim]), seed)
     sample = loc + scale * tf.reshape(eps, [members, rows, dim])
+    if noise is not standard_normal:  # unbounded (Cauchy): always clipped
+        return tf.clip_by_value(sample, -CLIP, CLIP)
     # The clip is the identity (value and gradient) unless a draw can reach ±CLIP; as
     # |eps| <= MAX_ABS, that needs max|loc| + MAX_ABS · max(scale) near CLIP. Test that
     # on the [E, dim] parameters and clip the per-example draws only then.
@@ -274,8 +413,9 @@ def draw_factor(loc, scale, rows, seed, dtype, per_member=False):
 
 def sample_factor(layer, name, rows, seed, dtype):
     """One draw per example of the rank-1 factor ``layer.<name>``: `draw_factor` of its
-    `factor_moments`, ``[E, rows, dim]`` (``[E, 1, dim]``, the mean, when deterministic)."""
-    return draw_factor(*factor_moments(layer, name, dtype), rows, seed, dtype)
+    `factor_posterior`, ``[E, rows, dim]`` (``[E, 1, dim]``, the mean, when deterministic)."""
+    loc, scale, noise = factor_posterior(layer, name, dtype)
+    return draw_factor(loc, scale, rows, seed, dtype, noise=noise)
 
 
 class Rank1Factors(BayesianLayer, EnsembleFactors):
@@ -288,8 +428,17 @@ class Rank1Factors(BayesianLayer, EnsembleFactors):
 
     def __init__(self, *, use_additive_perturbation=False, seed=None, **kwargs):
         super().__init__(**kwargs)
+        for name in ("alpha", "gamma"):
+            check_factor_prior(type(self).__name__, name, getattr(self, f"{name}_initializer"),
+                               getattr(self, f"{name}_regularizer"))
         self.use_additive_perturbation = bool(use_additive_perturbation)
         self._init_seed(seed)
+
+    def _factor_initializer(self, name, value):
+        return factor_initializer(name, value)
+
+    def _factor_regularizer(self, name, value):
+        return factor_regularizer(name, value)
 
     def _perturb(self, t, factor):
         return t + factor if self.use_additive_perturbation else t * factor
@@ -325,20 +474,23 @@ class Rank1Ensemble(Rank1Factors, EnsembleLayer):
         self.sampling = sampling
 
     def _factors(self, rows, dtype):
-        (alpha_loc, alpha_scale), (gamma_loc, gamma_scale) = (
-            factor_moments(self, "alpha", dtype), factor_moments(self, "gamma", dtype))
+        (alpha_loc, alpha_scale, alpha_noise), (gamma_loc, gamma_scale, gamma_noise) = (
+            factor_posterior(self, "alpha", dtype), factor_posterior(self, "gamma", dtype))
         seed = self._next_seed()
-        if self.sampling == "per_member" and alpha_scale is not None and gamma_scale is not None:
+        if (self.sampling == "per_member" and alpha_scale is not None
+                and gamma_scale is not None and alpha_noise is gamma_noise):
             # One draw [E, 1, in + out] for both factors: half the ops of two small draws.
             both = self._sample(tf.concat([alpha_loc, gamma_loc], -1),
-                                tf.concat([alpha_scale, gamma_scale], -1), rows, seed, dtype)
+                                tf.concat([alpha_scale, gamma_scale], -1), rows, seed, dtype,
+                                alpha_noise)
             return tf.split(both, [alpha_loc.shape[-1], gamma_loc.shape[-1]], axis=-1)
         alpha_seed, gamma_seed = split_seed(seed, 2)
-        return (self._sample(alpha_loc, alpha_scale, rows, alpha_seed, dtype),
-                self._sample(gamma_loc, gamma_scale, rows, gamma_seed, dtype))
+        return (self._sample(alpha_loc, alpha_scale, rows, alpha_seed, dtype, alpha_noise),
+                self._sample(gamma_loc, gamma_scale, rows, gamma_seed, dtype, gamma_noise))
 
-    def _sample(self, loc, scale, rows, seed, dtype):
-        return draw_factor(loc, scale, rows, seed, dtype, self.sampling == "per_member")
+    def _sample(self, loc, scale, rows, seed, dtype, noise):
+        return draw_factor(loc, scale, rows, seed, dtype, self.sampling == "per_member",
+                           noise)
 
     def get_config(self):
         config = super().get_config()
@@ -403,8 +555,9 @@ class DenseRank1(Rank1Ensemble, _EnsembleDense):
 
     Args: as `keras.layers.Dense` (same order), plus keyword-only
       ensemble_size: the number of members E (default 4).
-      alpha_initializer, gamma_initializer: the factors' posteriors (distribution
-        initializers with closed-form normal moments).
+      alpha_initializer, gamma_initializer: the factors' posteriors: factorized
+        normal (default) or ``'trainable_cauchy'`` (with the
+        ``'rank1_cauchy_kl_divergence'`` prior).
       alpha_regularizer, gamma_regularizer: their KL regularizers.
       use_additive_perturbation: computes ``((x + α_e) @ W) + γ_e + b_e`` instead.
       sampling: ``'per_example'`` (default) or ``'per_member'``.

@@ -38,6 +38,8 @@ from bayes_planet.layers.ensemble import (
     RANK1_POSTERIOR,
     RANK1_PRIOR,
     Rank1Factors,
+    factor_initializer,
+    factor_regularizer,
     init_arguments,
     member_rows,
     point_initializer,
@@ -57,8 +59,9 @@ class EinsumDenseRank1(Rank1Factors, keras.layers.EinsumDense):
     Args: as `keras.layers.EinsumDense` (same order; ``kernel_initializer`` and
       ``bias_initializer`` must be point-estimate initializers), plus keyword-only
       ensemble_size: the number of members E (default 4).
-      alpha_initializer, gamma_initializer: the factors' posteriors (distribution
-        initializers with closed-form normal moments).
+      alpha_initializer, gamma_initializer: the factors' posteriors: factorized
+        normal (default) or ``'trainable_cauchy'`` (with the
+        ``'rank1_cauchy_kl_divergence'`` prior).
       alpha_regularizer, gamma_regularizer: their KL regularizers.
       use_additive_perturbation: ``einsum(x + α_e, W) + γ_e + b_e`` instead.
       seed: int or None, for reproducible noise.
@@ -170,15 +173,15 @@ class MultiHeadAttentionRank1(BayesianMultiHeadAttention):
             bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint,
             softmax_robust_masking, seed=seed, **kwargs)
         self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
-        self.alpha_regularizer = regularizers.get(alpha_regularizer)
-        self.gamma_regularizer = regularizers.get(gamma_regularizer)
+        self.alpha_regularizer = factor_regularizer("alpha_regularizer", alpha_regularizer)
+        self.gamma_regularizer = factor_regularizer("gamma_regularizer", gamma_regularizer)
         self.use_additive_perturbation = bool(use_additive_perturbation)
         self._store_factor_configs(alpha_initializer, gamma_initializer)
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _store_factor_configs(self, alpha_initializer, gamma_initializer):
         self._factor_init_configs = {
-            name: initializers.serialize(initializers.get(value))
+            name: initializers.serialize(factor_initializer(f"{name}_initializer", value))
             for name, value in (("alpha", alpha_initializer), ("gamma", gamma_initializer))}
 
     def _sublayer_kwargs(self, attr):

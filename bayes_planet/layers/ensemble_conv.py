@@ -116,8 +116,9 @@ class Conv2DRank1(_Rank1Conv, keras.layers.Conv2D):
 
     Args: as `keras.layers.Conv2D` (same order; ``groups`` must be 1), plus keyword-only
       ensemble_size: the number of members E (default 4).
-      alpha_initializer, gamma_initializer: the factors' posteriors (distribution
-        initializers with closed-form normal moments).
+      alpha_initializer, gamma_initializer: the factors' posteriors: factorized
+        normal (default) or ``'trainable_cauchy'`` (with the
+        ``'rank1_cauchy_kl_divergence'`` prior).
       alpha_regularizer, gamma_regularizer: their KL regularizers.
       use_additive_perturbation: computes ``conv2d(x + α_e, W) + γ_e + b_e`` instead.
       sampling: ``'per_example'`` (default) or ``'per_member'``.

@@ -46,6 +46,9 @@ from bayes_planet.layers.ensemble import (
     ENSEMBLE_SIZE,
     RANK1_POSTERIOR,
     RANK1_PRIOR,
+    check_factor_prior,
+    factor_initializer,
+    factor_regularizer,
     init_arguments,
     member_rows,
     point_initializer,
@@ -89,8 +92,11 @@ class _Rank1Cell:
                  "recurrent_alpha": (recurrent_alpha_initializer, recurrent_alpha_regularizer),
                  "recurrent_gamma": (recurrent_gamma_initializer, recurrent_gamma_regularizer)}
         for name, (initializer, regularizer) in given.items():
-            setattr(self, f"{name}_initializer", initializers.get(initializer))
-            setattr(self, f"{name}_regularizer", regularizers.get(regularizer))
+            posterior = factor_initializer(f"{name}_initializer", initializer)
+            prior = factor_regularizer(f"{name}_regularizer", regularizer)
+            check_factor_prior(type(self).__name__, name, posterior, prior)
+            setattr(self, f"{name}_initializer", posterior)
+            setattr(self, f"{name}_regularizer", prior)
         self.use_additive_perturbation = bool(use_additive_perturbation)
 
     def __init_subclass__(cls, **kwargs):
@@ -217,7 +223,8 @@ class LSTMCellRank1(_Rank1Cell, BayesianLSTMCell):
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer, recurrent_alpha_initializer,
         recurrent_gamma_initializer: the factors' posteriors (distribution initializers
-        with closed-form normal moments; default ``'trainable_random_sign_normal'``).
+        with closed-form normal moments, default ``'trainable_random_sign_normal'``, or
+        ``'trainable_cauchy'`` with the ``'rank1_cauchy_kl_divergence'`` prior).
       alpha_regularizer, gamma_regularizer, recurrent_alpha_regularizer,
         recurrent_gamma_regularizer: their KL regularizers (default
         ``'rank1_normal_kl_divergence'``, the prior N(1, 0.1²)).
