@@ -49,6 +49,7 @@ from bayes_planet.layers import (
     fixed_noise,
 )
 from bayes_planet.layers.base import BayesianLayer, per_example
+from bayes_planet.layers.ensemble import member_rows
 
 tfd = tfp.distributions
 
@@ -180,6 +181,12 @@ class RSSM(keras.layers.Layer):
             return members
         return tf.nest.map_structure(split, tree)
 
+    def _check_members(self, rows):
+        """A one-line error (a run-time assertion if unknown while tracing) unless the rows
+        of ``rows`` ``[R, ...]`` split into the ensemble's member blocks."""
+        if self.ensemble_size > 1:
+            member_rows(rows, self.ensemble_size)
+
     def build_for(self, action_size, embed_size):
         """Creates every variable (eagerly), so rollouts can run inside loops/tf.function."""
         rows = self.ensemble_size  # One row per member.
@@ -242,6 +249,7 @@ class RSSM(keras.layers.Layer):
             self.build_for(action.shape[-1], embed.shape[-1])
         batch_shape = tf.shape(embed)[:-2]
         embed, action = _flatten_batch(embed), _flatten_batch(action)
+        self._check_members(embed)
         if state is None:
             state = self.initial(tf.shape(embed)[0], embed.dtype)
         weight_seed, step_seed = _split_weight_seed(seed, weight_seed)
@@ -271,6 +279,7 @@ class RSSM(keras.layers.Layer):
             raise ValueError("Call observe() (or build_for()) before imagine().")
         batch_shape = tf.shape(action)[:-2]
         action = _flatten_batch(action)
+        self._check_members(action)
         state = {k: tf.reshape(v, [-1, v.shape[-1]]) for k, v in state.items()}
         weight_seed, step_seed = _split_weight_seed(seed, weight_seed)
         seeds = tf.random.experimental.stateless_split(step_seed, tf.shape(action)[1])
