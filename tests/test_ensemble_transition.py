@@ -8,6 +8,7 @@ import contextlib
 import numpy as np
 import pytest
 import tensorflow as tf
+import yaml
 from tf_agents.environments import tf_py_environment
 
 from bayes_planet import config as config_lib
@@ -41,20 +42,11 @@ def _near_deterministic_latents(model):
     """Latent stddevs of ~1e-6 (min_stddev 1e-6 and softplus(-40)): the latent samples are
     their means to 1e-6, whichever rows of a batch the noise is drawn for."""
     stoch = model.rssm.stoch_size
-    layers = [model.rssm.post_stats]
-    if model.rssm.ensemble_size == 1:
-        layers.append(model.rssm.prior_stats)
-    for layer in layers:
+    for layer in (model.rssm.post_stats, model.rssm.prior_stats):  # bias [2s] or [E, 2s]
         layer.kernel.assign(tf.concat([layer.kernel[:, :stoch],
                                        tf.zeros_like(layer.kernel[:, stoch:])], 1))
         layer.bias.assign(tf.concat([layer.bias[..., :stoch],
                                      tf.fill(layer.bias[..., stoch:].shape, -40.0)], -1))
-    if model.rssm.ensemble_size > 1:
-        layer = model.rssm.prior_stats
-        layer.kernel.assign(tf.concat([layer.kernel[:, :stoch],
-                                       tf.zeros_like(layer.kernel[:, stoch:])], 1))
-        layer.bias.assign(tf.concat([layer.bias[:, :stoch],
-                                     tf.fill(layer.bias[:, stoch:].shape, -40.0)], 1))
 
 
 def _members_as_models(ensemble, members):
@@ -199,8 +191,6 @@ def test_bad_ensemble_settings_are_one_line_config_errors(sets, message):
 def test_a_config_without_ensemble_size_reads_with_the_default():
     data = config_lib.load(["debug"]).to_dict()
     del data["model"]["ensemble_size"]
-    import yaml
-
     read = config_lib.parse(yaml.safe_dump(data))
     assert read.model.ensemble_size == config_lib.load().model.ensemble_size
 
