@@ -71,6 +71,8 @@ def upgrade(data):
       the default section (``value.enabled: false``).
     * before ``model.normalize_obs`` existed, observations were not normalized: a model
       section without the key gets ``normalize_obs: false``.
+    * before ``model.ensemble_size`` existed, no transition was an ensemble: a model section
+      without the key gets the default (read by ensemble estimators only).
 
     Any other missing key is damage, refused by `read`.
     """
@@ -80,6 +82,8 @@ def upgrade(data):
         model["weight_prior"] = "normal"
     if isinstance(model, dict) and "normalize_obs" not in model:
         model["normalize_obs"] = False
+    if isinstance(model, dict) and "ensemble_size" not in model:
+        model["ensemble_size"] = yaml_config.load_dict(_PATH)["model"]["ensemble_size"]
     if isinstance(model, dict) and "value" not in data:  # An agent config of any layout.
         data["value"] = yaml_config.load_dict(_PATH)["value"]
     planner = data.get("planner")
@@ -92,7 +96,8 @@ def upgrade(data):
 
 
 # -- ranges of the agent's config (bayes_planet/configs.yaml) ----------------------------------
-_POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.cnn_depth",
+_POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.ensemble_size",
+                 "model.cnn_depth",
                  "model.mlp_units", "model.mlp_layers", "model.reward_layers",
                  "train.batch_size", "train.chunk_length", "train.seed_episodes",
                  "train.episodes", "train.checkpoint_every", "train.max_nonfinite_steps",
@@ -112,7 +117,7 @@ _INTERVALS = {"value.discount": (0.0, 1.0, False), "value.td_lambda": (0.0, 1.0,
 _FINITE_FLOAT = ("planner.beta",)
 _CHOICES = {
     "obs_type": ("state", "pixels"),
-    "model.estimator": layer_registry.estimators("dense", sampling_only=True),
+    "model.estimator": layer_registry.estimators("dense", sampling_only=True, ensembles=True),
     "model.weight_prior": ("normal", "scale_mixture"),
     "strategy": ("none", "mirrored", "multi_worker", "tpu"),
 }
@@ -191,8 +196,9 @@ def validate(config):
         raise ConfigError("value.enabled=True trains on one device (the value model has no "
                           "distributed step yet); use strategy=none. Received: "
                           f"strategy={data['strategy']!r}")
-    if data["model"]["bayesian_gru"] and data["model"]["estimator"] == "local_reparameterization":
-        raise ConfigError("model.bayesian_gru=True has no local_reparameterization cell; use "
-                          "model.estimator=reparameterization or flipout. Received: "
-                          "model.estimator='local_reparameterization'")
+    cells = layer_registry.estimators("gru_cell", ensembles=True)
+    if data["model"]["bayesian_gru"] and data["model"]["estimator"] not in cells:
+        raise ConfigError(f"model.bayesian_gru=True has no {data['model']['estimator']} cell; "
+                          f"use model.estimator in {list(cells[1:])}. Received: "
+                          f"model.estimator={data['model']['estimator']!r}")
     return config

@@ -3,7 +3,8 @@
 ``get(family, estimator)`` returns the layer class: ``get('dense', 'flipout')`` is
 `bayes_planet.layers.DenseFlipout`, and the estimator ``'deterministic'`` of every
 family is its Keras twin (``get('dense', 'deterministic')`` is ``keras.layers.Dense``).
-``estimators(family)`` lists a family's estimator names, deterministic first. The
+``estimators(family)`` lists a family's estimator names, deterministic first
+(``ensembles=True`` adds those of its ensemble family, `ensemble_family`). The
 agent's config, the RSSM, the Transformer, the experiments and the benchmarks read
 their estimator choices here, so a new estimator or layer family touches its own
 file, this table and its tests.
@@ -29,7 +30,8 @@ Importing this module does not import TensorFlow (the agent's config reads it);
 
 import importlib
 
-__all__ = ["estimators", "families", "get", "register", "unregister"]
+__all__ = ["ensemble_family", "estimators", "families", "family_for", "get", "register",
+           "unregister"]
 
 #: family -> (its Keras twin in ``keras.layers``,
 #:            {estimator: "module.Class" in ``bayes_planet.layers``, imported by `get`}).
@@ -93,6 +95,8 @@ _FAMILIES = {
     }),
 }
 DETERMINISTIC = "deterministic"
+#: ``<family><_ENSEMBLE>`` holds the ensemble layers of ``<family>`` (`ensemble_family`).
+_ENSEMBLE = "_ensemble"
 #: Estimators that are whole recipes (own prior, ``training``-dependent call).
 _RECIPES = ("variational_dropout",)
 
@@ -109,14 +113,42 @@ def _family(family):
     return _FAMILIES[family]
 
 
-def estimators(family, sampling_only=False):
+def estimators(family, sampling_only=False, ensembles=False):
     """The estimator names of ``family``, ``'deterministic'`` first, in registration order.
 
-    ``sampling_only=True`` leaves out the recipes (``'variational_dropout'``).
+    ``sampling_only=True`` leaves out the recipes (``'variational_dropout'``);
+    ``ensembles=True`` appends the estimators of ``family``'s ensemble family
+    (`ensemble_family`; ``'rank1'``, ``'batch_ensemble'`` for ``'dense'``), for a reader
+    that feeds those layers the ensemble batch convention (e.g. the agent's RSSM).
     """
     twin, classes = _family(family)
     names = ((DETERMINISTIC,) if twin else ()) + tuple(classes)
-    return tuple(n for n in names if not (sampling_only and n in _RECIPES))
+    names = tuple(n for n in names if not (sampling_only and n in _RECIPES))
+    ensemble = ensemble_family(family) if ensembles else None
+    if ensemble is not None:
+        names += tuple(n for n in estimators(ensemble, sampling_only) if n not in names)
+    return names
+
+
+def ensemble_family(family):
+    """The family of ``family``'s ensemble layers (``'dense'`` -> ``'dense_ensemble'``),
+    or None where it has none (an ensemble family has none either)."""
+    _family(family)
+    name = family + _ENSEMBLE
+    return name if name in _FAMILIES else None
+
+
+def family_for(family, estimator):
+    """``family``, or its ensemble family, whichever has ``estimator`` (a one-line error
+    naming both families' choices if neither has it)."""
+    if estimator in estimators(family):
+        return family
+    ensemble = ensemble_family(family)
+    if ensemble is not None and estimator in estimators(ensemble):
+        return ensemble
+    raise ValueError(f"Unknown estimator for the {family!r} family. Expected one of "
+                     f"{list(estimators(family, ensembles=True))}. "
+                     f"Received: estimator={estimator!r}")
 
 
 def get(family, estimator):

@@ -14,6 +14,13 @@ planning), and rollouts of its policy join the planner's candidates
 (``value.policy_proposals``). The first action of the plan is returned;
 exploration noise (PlaNet: 0.3) is added during collection and the action clipped
 to the spec.
+
+An ensemble transition (``model.estimator`` ``rank1`` or ``batch_ensemble``, E members): the
+belief is filtered by every member (policy state ``[E, size]`` per environment, member
+``e``'s own ``(h, z)``) and each candidate is rolled out by every member from its own
+belief, K weight samples (draws of the rank-1 factors) each: the score is ``mean + beta *
+std`` over the E·K returns (with K = 1, across the members). Value-policy proposals come from
+every member's belief in turn (``ceil(P / E)`` each, ``P`` kept).
 """
 
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
@@ -26,38 +33,51 @@ from bayes_planet import planners
 from bayes_planet.layers import fixed_noise
 from bayes_planet.planners.objectives import uncertainty_aware_score
 
-__all__ = ["PlannerPolicy", "imagined_returns"]
+__all__ = ["PlannerPolicy", "candidate_scores", "imagined_returns"]
 
 
 def imagined_returns(world_model, state, actions, seeds, value_model=None):
-    """Predicted return of each candidate under each weight sample.
+    """Predicted return of each candidate under each weight sample (and member).
 
     Args:
       world_model: a `WorldModel`.
-      state: latent state dict, leading dims ``[B]``.
+      state: latent state dict, leading dims ``[B]`` (an ensemble transition of E members:
+        ``[E·B]``, member ``e``'s beliefs in block ``e``, as `RSSM.tile_members` lays them
+        out).
       actions: ``[B, N, H, A]`` candidate action sequences.
       seeds: ``[K, 2]`` stateless seeds, one weight sample each.
       value_model: optional `bayes_planet.value.ValueModel`: then the return is
         ``Σ_t γ^(t-1) r_t + γ^H V(s_H)`` (its discount γ and critic V); PlaNet's plain sum of
         rewards without.
     Returns:
-      ``[K, B, N]`` predicted returns.
+      ``[K·E, B, N]`` predicted returns (``k·E + e``: weight sample k of member e; E = 1
+      for a transition that is not an ensemble).
     """
+    rssm = world_model.rssm
     n, horizon = tf.shape(actions)[1], actions.shape[2]
-    tiled = {k: tf.repeat(v[:, None], n, axis=1) for k, v in state.items()}  # [B, N, D]
+    tiled = {k: tf.repeat(v[:, None], n, axis=1) for k, v in state.items()}  # [(E·)B, N, D]
+    actions = rssm.tile_members(actions)  # Every member rolls out every candidate.
     returns = []
     for k in range(seeds.shape[0]):
-        prior = world_model.rssm.imagine(actions, tiled, seeds[k])
-        rewards = world_model.predict_reward(prior)  # [B, N, H]
+        prior = rssm.imagine(actions, tiled, seeds[k])
+        rewards = world_model.predict_reward(prior)  # [(E·)B, N, H]
         if value_model is None:
-            returns.append(tf.reduce_sum(rewards, -1))
-            continue
-        gamma = value_model.discount
-        weights = tf.constant([gamma ** t for t in range(horizon)], rewards.dtype)
-        last = {key: v[:, :, -1] for key, v in prior.items()}
-        returns.append(tf.reduce_sum(rewards * weights, -1)
-                       + gamma ** horizon * value_model.value(last))
-    return tf.stack(returns)
+            total = tf.reduce_sum(rewards, -1)
+        else:
+            gamma = value_model.discount
+            weights = tf.constant([gamma ** t for t in range(horizon)], rewards.dtype)
+            last = {key: v[:, :, -1] for key, v in prior.items()}
+            total = (tf.reduce_sum(rewards * weights, -1)
+                     + gamma ** horizon * value_model.value(last))
+        returns.append(rssm.split_members(total))  # [E, B, N]
+    return tf.concat(returns, 0)
+
+
+def candidate_scores(world_model, state, actions, seeds, beta, value_model=None):
+    """The planner's objective: `uncertainty_aware_score` (``mean + beta * std``) of the
+    `imagined_returns` over the weight samples and members, ``[B, N]``."""
+    return uncertainty_aware_score(
+        imagined_returns(world_model, state, actions, seeds, value_model), beta)
 
 
 class PlannerPolicy(tf_policy.TFPolicy):
@@ -77,10 +97,12 @@ class PlannerPolicy(tf_policy.TFPolicy):
     def __init__(self, time_step_spec, action_spec, world_model, planner, explore=False,
                  value_model=None, proposals=0, name="planner_policy"):
         rssm = world_model.rssm
-        spec = lambda n: tf.TensorSpec([n], tf.float32)  # noqa: E731
+        # One belief per member of an ensemble transition ([E, size]), else [size].
+        members = [rssm.ensemble_size] if rssm.ensemble_size > 1 else []
+        spec = lambda n: tf.TensorSpec(members + [n], tf.float32)  # noqa: E731
         state_spec = {"mean": spec(rssm.stoch_size), "std": spec(rssm.stoch_size),
                       "stoch": spec(rssm.stoch_size), "deter": spec(rssm.deter_size),
-                      "action": spec(world_model.action_size)}
+                      "action": tf.TensorSpec([world_model.action_size], tf.float32)}
         # clip=False: `_action` clips (the belief's next filtering step must see the action the
         # environment receives), so TF-Agents' own clip in `action()` would be a second one.
         super().__init__(time_step_spec, action_spec, policy_state_spec=state_spec,
@@ -117,21 +139,22 @@ class PlannerPolicy(tf_policy.TFPolicy):
         seed = tf.random.experimental.stateless_split(_as_seed(seed), 3)
         obs = wm.observation(time_step.observation[self._obs_key][:, None])
         embed = wm.encoder(obs)[:, 0]
-        prev = {k: v for k, v in policy_state.items() if k != "action"}
+        rssm = wm.rssm
+        prev = {k: self._flat_beliefs(v) for k, v in policy_state.items() if k != "action"}
         filter_seed, weight_seed = tf.unstack(tf.random.experimental.stateless_split(seed[0], 2))
-        with fixed_noise(wm.rssm, weight_seed):  # The filtering step's weight draw is seeded too.
-            post, _ = wm.rssm.obs_step(prev, policy_state["action"], embed, filter_seed)
+        with fixed_noise(rssm, weight_seed):  # The filtering step's weight draw is seeded too.
+            post, _ = rssm.obs_step(prev, rssm.tile_members(policy_state["action"]),
+                                    rssm.tile_members(embed), filter_seed)
         batch = time_step.observation[self._obs_key].shape[0]
         sample_seeds = tf.random.experimental.stateless_split(seed[1], cfg.weight_samples)
 
         def objective(actions):
-            returns = imagined_returns(wm, post, actions, sample_seeds, self._value_model)
-            return uncertainty_aware_score(returns, cfg.beta)
+            return candidate_scores(wm, post, actions, sample_seeds, cfg.beta,
+                                    self._value_model)
 
         proposals = None
         if self._proposals:
-            proposals = self._value_model.proposals(post, self._proposals, cfg.horizon,
-                tf.random.experimental.stateless_fold_in(seed[2], 2))
+            proposals = self._value_proposals(post, seed[2])
         plan = self._plan(objective, cfg[cfg.name], horizon=cfg.horizon,
                           action_dim=wm.action_size, action_low=self._low,
                           action_high=self._high, seed=seed[2], batch_shape=(batch,),
@@ -141,8 +164,32 @@ class PlannerPolicy(tf_policy.TFPolicy):
             action += self._noise * tf.random.stateless_normal(
                 tf.shape(action), tf.random.experimental.stateless_fold_in(seed[2], 1))
         action = tf.clip_by_value(action, self._low, self._high)
-        new_state = dict(post, action=action)
+        new_state = dict({k: self._batched_beliefs(v) for k, v in post.items()}, action=action)
         return policy_step.PolicyStep(action, new_state, ())
+
+    def _flat_beliefs(self, x):
+        """Policy state ``[B, E, size]`` -> member-major rows ``[E·B, size]`` (E > 1)."""
+        if self._world_model.rssm.ensemble_size == 1:
+            return x
+        return tf.reshape(tf.transpose(x, [1, 0, 2]), [-1, x.shape[-1]])
+
+    def _batched_beliefs(self, x):
+        """The inverse of `_flat_beliefs`."""
+        if self._world_model.rssm.ensemble_size == 1:
+            return x
+        return tf.transpose(self._world_model.rssm.split_members(x), [1, 0, 2])
+
+    def _value_proposals(self, post, seed):
+        """``P`` policy rollouts per environment, ``[B, P, H, A]``: ``ceil(P / E)`` from each
+        member's belief (member-major), the first ``P`` kept."""
+        rssm, horizon = self._world_model.rssm, self._planner.horizon
+        per_member = -(-self._proposals // rssm.ensemble_size)
+        rollouts = self._value_model.proposals(
+            post, per_member, horizon, tf.random.experimental.stateless_fold_in(seed, 2))
+        rollouts = tf.transpose(rssm.split_members(rollouts), [1, 0, 2, 3, 4])  # [B, E, P', ...]
+        rollouts = tf.reshape(rollouts, [-1, rssm.ensemble_size * per_member, horizon,
+                                         self._world_model.action_size])
+        return rollouts[:, :self._proposals]
 
 
 def _as_seed(seed):

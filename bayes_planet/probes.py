@@ -28,6 +28,10 @@ that a Bayesian world model's latent codes carry more information about velociti
   ``weights='shared'`` encodes every episode, train and test, closed and open loop, with
   one weight sample: the probe reads the latent of one fixed model; ``weights='mean'``
   uses the posterior-mean weights (`bayes_planet.layers.posterior_mean`): no weight noise.
+* **Ensembles.** With an ensemble transition (``rank1``, ``batch_ensemble``) every member
+  filters (and imagines) each episode and the features are the **member average** of the
+  latents, the ensemble's mean belief (the members share the posterior network, decoder and
+  latent space); the ``weights`` modes above then pick the rank-1 factors' draws.
 * **Targets.** ``qpos`` (positions: joint angles are raw, unwrapped) and ``qvel``
   (velocities) from ``physics``, named by joint; for state observations also the task's
   observation components (e.g. cartpole's ``position`` = cart x, cos θ, sin θ and
@@ -156,9 +160,18 @@ def encode_closed_loop(model, episode, seed=(0, 0), latent="mean", weight_seed=N
 
     obs = model.observation(tf.convert_to_tensor(episode["obs"][None]))
     action = tf.convert_to_tensor(episode["action"][None], tf.float32)
-    post, _ = model.rssm.observe(model.encoder(obs), action, _seed(seed),
+    embed, action = model.rssm.tile_members((model.encoder(obs), action))
+    post, _ = model.rssm.observe(embed, action, _seed(seed),
                                  weight_seed=_optional_seed(weight_seed))
-    return _features(post, latent)[0].numpy()
+    return _member_average(model, _features(post, latent))[0].numpy()
+
+
+def _member_average(model, features):
+    """Features of an ensemble transition's tiled rows ``[E·B, ...]`` averaged over the
+    members, ``[B, ...]`` (as they are without an ensemble)."""
+    import tensorflow as tf
+
+    return tf.reduce_mean(model.rssm.split_members(features), 0)
 
 
 def encode_open_loop(model, episode, context, horizons, seed=(0, 0), latent="mean", stride=1,
@@ -195,11 +208,11 @@ def encode_open_loop(model, episode, context, horizons, seed=(0, 0), latent="mea
     action = tf.convert_to_tensor(actions[steps])
     seed_a, seed_b = tf.unstack(tf.random.experimental.stateless_split(_seed(seed), 2))
     weight_seed = _optional_seed(weight_seed)
-    post, _ = model.rssm.observe(model.encoder(obs), action[:, :context], seed_a,
-                                 weight_seed=weight_seed)
+    embed, action = model.rssm.tile_members((model.encoder(obs), action))
+    post, _ = model.rssm.observe(embed, action[:, :context], seed_a, weight_seed=weight_seed)
     last = {k: v[:, -1] for k, v in post.items()}
     prior = model.rssm.imagine(action[:, context:], last, seed_b, weight_seed=weight_seed)
-    feats = _features(prior, latent).numpy()
+    feats = _member_average(model, _features(prior, latent)).numpy()
     features, index = {}, {}
     for h in horizons:
         keep = starts + context + h - 1 < length

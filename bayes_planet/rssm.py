@@ -20,6 +20,20 @@ filter and imagine with the same model sample, or to encode many sequences with 
 
 States are dicts ``{mean, std, stoch, deter}`` of shape ``[*batch, size]``;
 `observe`/`imagine` accept any number of leading batch dims before time.
+
+Ensemble transitions (``estimator`` ``'rank1'``, Dusenberry et al. 2020, or
+``'batch_ensemble'``, Wen et al. 2020: the ``'dense_ensemble'`` family of
+`bayes_planet.layer_registry`): the transition layers hold ``model.ensemble_size`` (E)
+members and follow the layers' batch convention, so every flat batch the RSSM is given is
+E contiguous blocks and block ``e`` is stepped by member ``e`` (`ensemble_size` is 1 for
+the other estimators). `tile_members` copies a batch once per member (``[B, ...] ->
+[E·B, ...]``) and `split_members` separates the members' rows (``[E·B, ...] -> [E, B,
+...]``): the world model trains each member on the whole batch (tiled, as
+uncertainty-baselines does), the planner scores every candidate under every member.
+Rank-1 layers carry the KL of their factors α, γ only (prior N(1, 0.1²), the layers'
+default; ``weight_prior`` is the mean-field layers' kernel prior); BatchEnsemble has no
+KL. A rank-1 GRU cell (``bayesian_gru``) is `bayes_planet.layers.GRUCellRank1`; there is
+no BatchEnsemble cell.
 """
 
 import functools
@@ -34,13 +48,14 @@ from bayes_planet.layers import (
     ScaleMixtureKLDivergence,
     fixed_noise,
 )
-from bayes_planet.layers.base import per_example
+from bayes_planet.layers.base import BayesianLayer, per_example
+from bayes_planet.layers.ensemble import member_rows
 
 tfd = tfp.distributions
 
 __all__ = ["RSSM", "ESTIMATORS", "WEIGHT_PRIORS"]
 
-ESTIMATORS = layer_registry.estimators("dense", sampling_only=True)
+ESTIMATORS = layer_registry.estimators("dense", sampling_only=True, ensembles=True)
 
 
 WEIGHT_PRIORS = ("normal", "scale_mixture")
@@ -57,17 +72,22 @@ def make_weight_prior(kind, stddev):
                      f"Received: weight_prior={kind!r}")
 
 
-def dense_factory(estimator, make_prior=None, seed=0):
+def dense_factory(estimator, make_prior=None, seed=0, ensemble_size=1):
     """A ``(units, activation, name) -> layer`` factory for the chosen estimator.
 
-    Bayesian layers get ``make_prior()`` (e.g. a `make_weight_prior`) as kernel regularizer
-    and a noise seed from the stream ``layer_noise(layer)`` of ``seed``.
+    Mean-field Bayesian layers get ``make_prior()`` (e.g. a `make_weight_prior`) as kernel
+    regularizer; ensemble layers (``'rank1'``, ``'batch_ensemble'``) get ``ensemble_size``
+    members and keep their own factor prior (rank-1: N(1, 0.1²) on α and γ; the shared
+    kernel is a point estimate). Layers that draw noise get a seed from the stream
+    ``layer_noise(layer)`` of ``seed``.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"Unknown estimator. Expected one of {sorted(ESTIMATORS)}. "
                          f"Received: estimator={estimator!r}")
-    cls = None if estimator == "deterministic" else layer_registry.get("dense", estimator)
-    if cls is not None:
+    family = layer_registry.family_for("dense", estimator)
+    ensemble = family != "dense"
+    cls = None if estimator == "deterministic" else layer_registry.get(family, estimator)
+    if cls is not None and not ensemble:
         if make_prior is None:
             raise ValueError(f"Expected a weight prior (make_prior) for estimator={estimator!r}. "
                              "Received: make_prior=None")
@@ -76,9 +96,12 @@ def dense_factory(estimator, make_prior=None, seed=0):
     def make(units, activation=None, name=None):
         if cls is None:
             return keras.layers.Dense(units, activation, name=name)
-        return cls(units, activation=activation, name=name,
-                   seed=seeds.int_seed(seed, "layer_noise", _layer_index(name)),
-                   kernel_regularizer=make_prior())
+        noise = {"seed": seeds.int_seed(seed, "layer_noise", _layer_index(name))}
+        if ensemble:
+            return cls(units, activation=activation, name=name, ensemble_size=ensemble_size,
+                       **(noise if issubclass(cls, BayesianLayer) else {}))
+        return cls(units, activation=activation, name=name, kernel_regularizer=make_prior(),
+                   **noise)
 
     return make
 
@@ -107,34 +130,69 @@ class RSSM(keras.layers.Layer):
         estimator, bayesian_gru = model["estimator"], model["bayesian_gru"]
         prior = functools.partial(make_weight_prior, model["weight_prior"],
                                   model["weight_prior_stddev"])
-        if bayesian_gru and estimator == "local_reparameterization":
-            raise ValueError("Expected estimator 'reparameterization' or 'flipout' with "
-                             "bayesian_gru=True (there is no local-reparameterization GRU "
-                             "cell). Received: estimator='local_reparameterization'")
+        cells = layer_registry.estimators("gru_cell", ensembles=True)
+        if bayesian_gru and estimator not in cells:
+            raise ValueError(f"Expected an estimator with a GRU cell, one of {list(cells[1:])}, "
+                             f"with bayesian_gru=True. Received: estimator={estimator!r}")
+        ensemble = layer_registry.family_for("dense", estimator) != "dense"
+        self.ensemble_size = model["ensemble_size"] if ensemble else 1
         self.deter_size, self.stoch_size = deter, stoch
         self.min_stddev, self.estimator = model["min_stddev"], estimator
-        bayes = dense_factory(estimator, prior, seed)
+        bayes = dense_factory(estimator, prior, seed, self.ensemble_size)
         plain = dense_factory("deterministic")
         self.transition_in = bayes(hidden, "relu", "transition_in")
-        self.cell = self._make_cell(deter, estimator, bayesian_gru, seed, prior)
+        self.cell = self._make_cell(deter, estimator, bayesian_gru, seed, prior,
+                                    self.ensemble_size)
         self.prior_hidden = bayes(hidden, "relu", "prior_hidden")
         self.prior_stats = bayes(2 * stoch, None, "prior_stats")
         self.post_hidden = plain(hidden, "relu", "posterior_hidden")
         self.post_stats = plain(2 * stoch, None, "posterior_stats")
 
     @staticmethod
-    def _make_cell(deter, estimator, bayesian_gru, seed, make_prior):
+    def _make_cell(deter, estimator, bayesian_gru, seed, make_prior, ensemble_size):
         if not bayesian_gru or estimator == "deterministic":
             return keras.layers.GRUCell(deter, name="gru")
-        cls = layer_registry.get("gru_cell", estimator)
-        return cls(deter, name="gru", seed=seeds.int_seed(seed, "layer_noise", _layer_index("gru")),
+        family = layer_registry.family_for("gru_cell", estimator)
+        cls = layer_registry.get(family, estimator)
+        noise_seed = seeds.int_seed(seed, "layer_noise", _layer_index("gru"))
+        if family != "gru_cell":
+            # Rank-1: its own factor priors. A draw per step, which `fixed_noise` (around
+            # every rollout) makes the same draw at every step, as for the dense layers.
+            return cls(deter, name="gru", seed=noise_seed, ensemble_size=ensemble_size,
+                       sampling="step")
+        return cls(deter, name="gru", seed=noise_seed,
                    kernel_regularizer=make_prior(), recurrent_regularizer=make_prior())
+
+    def tile_members(self, tree):
+        """Each tensor of ``tree`` ``[B, ...]`` copied once per member, ``[E·B, ...]`` (E
+        contiguous blocks, the ensemble batch convention); as it is for E = 1."""
+        if self.ensemble_size == 1:
+            return tree
+        return tf.nest.map_structure(
+            lambda x: tf.tile(x, tf.concat([[self.ensemble_size], tf.ones_like(
+                tf.shape(x)[1:])], 0)), tree)
+
+    def split_members(self, tree):
+        """Each tensor of ``tree`` ``[E·B, ...]`` (member-major rows) as ``[E, B, ...]``
+        (``[1, B, ...]`` for E = 1)."""
+        def split(x):
+            members = tf.reshape(x, tf.concat([[self.ensemble_size, -1], tf.shape(x)[1:]], 0))
+            members.set_shape([self.ensemble_size, None] + x.shape[1:].as_list())
+            return members
+        return tf.nest.map_structure(split, tree)
+
+    def _check_members(self, rows):
+        """A one-line error (a run-time assertion if unknown while tracing) unless the rows
+        of ``rows`` ``[R, ...]`` split into the ensemble's member blocks."""
+        if self.ensemble_size > 1:
+            member_rows(rows, self.ensemble_size)
 
     def build_for(self, action_size, embed_size):
         """Creates every variable (eagerly), so rollouts can run inside loops/tf.function."""
+        rows = self.ensemble_size  # One row per member.
         with tf.init_scope():
-            state = self.initial(1)
-            self.obs_step(state, tf.zeros([1, action_size]), tf.zeros([1, embed_size]),
+            state = self.initial(rows)
+            self.obs_step(state, tf.zeros([rows, action_size]), tf.zeros([rows, embed_size]),
                           tf.constant([0, 0]))
         self.built = True
 
@@ -178,7 +236,8 @@ class RSSM(keras.layers.Layer):
         """Posterior rollout over a sequence.
 
         Args:
-          embed: ``[*batch, T, E]`` observation embeddings e_1..e_T.
+          embed: ``[*batch, T, E]`` observation embeddings e_1..e_T (an ensemble
+            transition: ``prod(batch)`` rows of member blocks, see `tile_members`).
           action: ``[*batch, T, A]``; ``action[..., t, :]`` led to observation t.
           seed: stateless ``[2]`` seed (latent samples and the weight sample).
           state: optional initial state (flat batch); zeros by default.
@@ -190,6 +249,7 @@ class RSSM(keras.layers.Layer):
             self.build_for(action.shape[-1], embed.shape[-1])
         batch_shape = tf.shape(embed)[:-2]
         embed, action = _flatten_batch(embed), _flatten_batch(action)
+        self._check_members(embed)
         if state is None:
             state = self.initial(tf.shape(embed)[0], embed.dtype)
         weight_seed, step_seed = _split_weight_seed(seed, weight_seed)
@@ -219,6 +279,7 @@ class RSSM(keras.layers.Layer):
             raise ValueError("Call observe() (or build_for()) before imagine().")
         batch_shape = tf.shape(action)[:-2]
         action = _flatten_batch(action)
+        self._check_members(action)
         state = {k: tf.reshape(v, [-1, v.shape[-1]]) for k, v in state.items()}
         weight_seed, step_seed = _split_weight_seed(seed, weight_seed)
         seeds = tf.random.experimental.stateless_split(step_seed, tf.shape(action)[1])

@@ -12,7 +12,9 @@ policy. `ValueModel` learns both in the RSSM's latent space, Dreamer-style (Hafn
   computed them (every ``value.start_every``-th step of each chunk, no gradient into the
   world model), roll the transition forward
   ``value.imagine_horizon`` steps with actions of the policy ``a_t ~ π(·|s_t)``, one weight
-  sample of the Bayesian transition per rollout;
+  sample of the Bayesian transition per rollout (an ensemble transition, ``rank1`` or
+  ``batch_ensemble``: the training step's posterior holds the batch once per member, and
+  each rollout is imagined by the member that filtered its start state);
 * λ-returns with the reward head's means ``r_t`` (the reward of arriving at ``s_t``, as the
   world model is trained) and the slow (target) critic ``V'``::
 

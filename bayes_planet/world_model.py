@@ -10,7 +10,11 @@ Training objective per sequence chunk (Hafner et al., 2018, eq. 3; Tran et al.,
 where ``KL(q(W) || p(W))`` is the sum of the Bayesian transition layers' KL terms
 and ``N`` the number of transitions in the replay buffer: the loss is an average
 per transition, so the weight KL — a cost for the whole data set — is spread
-over every transition the model is trained on (the ELBO divided by N). Free nats
+over every transition the model is trained on (the ELBO divided by N). An ensemble
+transition (``rank1``, ``batch_ensemble``) is trained on the batch tiled once per member
+(`RSSM.tile_members`, as uncertainty-baselines trains rank-1 and BatchEnsemble models), so
+the means above are also over members: each member's ELBO is averaged, the rank-1 factors'
+KL (every member's, the only weight KL) divided by N as for mean-field. Free nats
 are applied to the KL averaged over batch and time (as in Dreamer): below
 ``free_nats`` the state KL has no gradient.
 
@@ -141,12 +145,15 @@ class WorldModel(tf.Module):
         """`loss` and the batch's posterior states."""
         noise_seed, rssm_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
         obs = self.observation(batch["obs"], noise_seed)
-        post, prior = self.rssm.observe(self.encoder(obs), batch["action"], rssm_seed)
+        # An ensemble transition sees the batch once per member (E blocks; E = 1 otherwise).
+        embed, action, obs, reward = self.rssm.tile_members(
+            (self.encoder(obs), batch["action"], obs, batch["reward"]))
+        post, prior = self.rssm.observe(embed, action, rssm_seed)
         feat = self.rssm.features(post)
-        # Means over batch and time (over the global batch under a strategy).
+        # Means over (members,) batch and time (over the global batch under a strategy).
         recon, reward_lp, kl = distribute.global_mean([
             self.obs_head(self.decoder(feat)).log_prob(obs),
-            self.reward_head(self.reward_net(feat)).log_prob(batch["reward"][..., None]),
+            self.reward_head(self.reward_net(feat)).log_prob(reward[..., None]),
             self.rssm.kl(post, prior)])
         kl_loss = tf.maximum(kl, self.loss_config.free_nats)
         weight_kl = self.weight_kl()
@@ -162,7 +169,8 @@ class WorldModel(tf.Module):
         """One update; metrics include ``finite`` (1.0, or 0.0 when the update was skipped).
 
         With ``return_posterior`` (one device only) returns ``(metrics, posterior)``: the
-        batch's posterior states ``[B, T, size]`` as the step computed them (before its
+        batch's posterior states ``[B, T, size]`` (``[E·B, ...]``, member blocks, with an
+        ensemble transition, `RSSM.tile_members`) as the step computed them (before its
         update, no gradient), for a learner that starts from them (`bayes_planet.value`).
         """
         if return_posterior:
@@ -215,17 +223,20 @@ class WorldModel(tf.Module):
     def open_loop(self, batch, context, seed):
         """Observes ``context`` steps, then imagines the rest with the prior.
 
-        Returns (truth, prediction) observations ``[B, T, ...]`` (model means); pixels
-        in [0, 1].
+        Returns (truth, prediction) observations ``[B, T, ...]`` (model means; with an
+        ensemble transition the mean over its members, each observing and imagining the
+        batch); pixels in [0, 1].
         """
         seed_a, seed_b = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
         obs = self.observation(batch["obs"])
-        embed = self.encoder(obs[:, :context])
-        post, _ = self.rssm.observe(embed, batch["action"][:, :context], seed_a)
+        embed, action = self.rssm.tile_members((self.encoder(obs[:, :context]),
+                                                batch["action"]))
+        post, _ = self.rssm.observe(embed, action[:, :context], seed_a)
         last = {k: v[:, -1] for k, v in post.items()}
-        prior = self.rssm.imagine(batch["action"][:, context:], last, seed_b)
+        prior = self.rssm.imagine(action[:, context:], last, seed_b)
         feats = tf.concat([self.rssm.features(post), self.rssm.features(prior)], 1)
         pred = self.obs_head(self.decoder(feats)).distribution.mean()
+        pred = tf.reduce_mean(self.rssm.split_members(pred), 0)
         if self.pixels:
             obs, pred = obs + 0.5, tf.clip_by_value(pred + 0.5, 0.0, 1.0)
         return obs, pred

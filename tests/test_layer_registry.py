@@ -69,7 +69,8 @@ def test_unknown_family_or_estimator_is_one_line():
 def test_readers_take_their_choices_from_the_registry():
     from bayes_planet.rssm import ESTIMATORS
 
-    assert ESTIMATORS == layer_registry.estimators("dense", sampling_only=True)
+    assert ESTIMATORS == layer_registry.estimators("dense", sampling_only=True, ensembles=True)
+    assert ESTIMATORS[-2:] == ("rank1", "batch_ensemble")  # the 'dense_ensemble' family's
     with pytest.raises(ValueError, match=r"Expected feed_forward in \[.*'flipout'.*\]\. "
                                          r"Received: feed_forward='nope'"):
         bl.TransformerBlock(2, 4, 8, feed_forward="nope")
@@ -251,3 +252,20 @@ def test_layers_draw_what_the_factorized_formulas_draw(family, x_shape, kwargs):
         expected = _reference(name, op, x, k.mean, tf.exp(k.raw_stddev), kernel_seed)
         expected += b.mean + tf.exp(b.raw_stddev) * standard_normal(b.weight_shape, bias_seed)
         np.testing.assert_array_equal(out, expected, err_msg=f"{family}/{name}")
+
+
+def test_ensemble_families_and_family_for():
+    assert layer_registry.ensemble_family("dense") == "dense_ensemble"
+    assert layer_registry.ensemble_family("gru_cell") == "gru_cell_ensemble"
+    assert layer_registry.ensemble_family("dense_ensemble") is None
+    assert layer_registry.ensemble_family("einsum_dense") == "einsum_dense_ensemble"
+    assert (layer_registry.estimators("gru_cell", ensembles=True)
+            == ("deterministic", "reparameterization", "flipout", "rank1"))
+    assert layer_registry.family_for("dense", "flipout") == "dense"
+    assert layer_registry.family_for("dense", "batch_ensemble") == "dense_ensemble"
+    assert layer_registry.family_for("dense", "deterministic") == "dense"
+    with pytest.raises(ValueError, match=r"^Unknown estimator for the 'gru_cell' family\. "
+                                         r"Expected one of \['deterministic', "
+                                         r"'reparameterization', 'flipout', 'rank1'\]\. "
+                                         r"Received: estimator='batch_ensemble'$"):
+        layer_registry.family_for("gru_cell", "batch_ensemble")

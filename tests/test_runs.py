@@ -99,6 +99,37 @@ def test_same_seed_gives_identical_metrics_and_checkpoints_another_seed_differs(
     assert other_rows[0]["return"] != ref_rows[0]["return"]  # Another initial state.
 
 
+def test_a_rank1_transition_run_is_reproducible(tmp_path):
+    """``--set model.estimator=rank1`` (an ensemble transition, issue #27): end to end twice
+    with the same seed gives the same metrics (but wall-clock) and checkpoint."""
+    runs = [tmp_path / "a", tmp_path / "b"]
+    for logdir in runs:
+        result = _train(logdir, "model.estimator=rank1")
+        assert result.returncode == 0, result.stderr[-3000:]
+    rows = _rows(runs[0])
+    assert [r["episode"] for r in rows] == [1, 2, 3] and rows[-1]["weight_kl"] > 0
+    assert np.isfinite(rows[-1]["loss"]) and "eval_return" in rows[-1]
+    assert _rows(runs[1]) == rows
+    a, b = (_tensors(_latest_checkpoint(logdir)) for logdir in runs)
+    assert sorted(a) == sorted(b) and any("alpha" in k for k in a)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+@pytest.mark.slow
+def test_a_killed_rank1_run_resumes_to_the_uninterrupted_run(tmp_path):
+    full, logdir = tmp_path / "full", tmp_path / "run"
+    assert _train(full, "model.estimator=rank1").returncode == 0
+    killed = _train(logdir, "model.estimator=rank1", fault="train:2")
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    rerun = _train(logdir, "model.estimator=rank1")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert _rows(logdir) == _rows(full)
+    a, b = _tensors(_latest_checkpoint(full)), _tensors(_latest_checkpoint(logdir))
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
 # -- crash safety -----------------------------------------------------------------------------
 FAULTS = [
     pytest.param("config_write", marks=pytest.mark.slow),
@@ -254,6 +285,9 @@ def test_nonfinite_steps_are_skipped_counted_and_logged(tmp_path):
     (["train.learning_rate=abc"], "train.learning_rate"),
     (["model.bayesian_gru=true", "model.estimator=local_reparameterization"],
      "local_reparameterization"),
+    (["model.ensemble_size=0"], "model.ensemble_size=0"),
+    (["model.ensemble_size=two"], "model.ensemble_size"),
+    (["model.bayesian_gru=true", "model.estimator=batch_ensemble"], "batch_ensemble"),
 ])
 def test_bad_config_values_are_one_line_errors_and_write_nothing(tmp_path, capsys, sets,
                                                                   message):
