@@ -99,6 +99,7 @@ def test_same_seed_gives_identical_metrics_and_checkpoints_another_seed_differs(
     assert other_rows[0]["return"] != ref_rows[0]["return"]  # Another initial state.
 
 
+@pytest.mark.slow  # two debug runs; tests/test_ensemble_transition.py covers the rank-1 logic
 def test_a_rank1_transition_run_is_reproducible(tmp_path):
     """``--set model.estimator=rank1`` (an ensemble transition, issue #27): end to end twice
     with the same seed gives the same metrics (but wall-clock) and checkpoint."""
