@@ -128,13 +128,29 @@ _LOAD_AND_PREDICT = """
     import bayes_planet.layers as bl
     from bayes_planet._keras import KERAS3, keras
     directory = {directory!r}
-    model = keras.models.load_model(os.path.join(directory, "cnn.keras"))
+    model = keras.models.load_model(os.path.join(directory, "model.keras"))
     x = np.load(os.path.join(directory, "x.npy"))
     with bl.posterior_mean(model):
         np.save(os.path.join(directory, "reloaded.npy"), model(x).numpy())
     print(json.dumps({{"keras3": KERAS3, "kl": float(sum(model.losses)),
                       "env": os.environ.get("TF_USE_LEGACY_KERAS")}}))
 """
+
+
+def _assert_reloads_in_a_fresh_process(model, x, directory):
+    """Saves ``model`` to ``.keras`` in ``directory``; a fresh Keras 3 process (without
+    TF_USE_LEGACY_KERAS) loads it with identical posterior-mean predictions on ``x`` and the
+    same KL."""
+    model.save(directory / "model.keras")
+    np.save(directory / "x.npy", x)
+    with bl.posterior_mean(model):
+        ours = model(x).numpy()
+    kl = float(sum(model.losses))
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    fresh = _run_python(_LOAD_AND_PREDICT.format(directory=str(directory)), env)
+    assert fresh["keras3"] and fresh["env"] is None
+    np.testing.assert_array_equal(np.load(directory / "reloaded.npy"), ours)
+    assert fresh["kl"] == pytest.approx(kl, rel=1e-6)
 
 
 @keras3_only
@@ -162,13 +178,34 @@ def test_fig4_cnn_trains_saves_and_reloads_in_a_fresh_process(tmp_path):
     kl = float(sum(model.losses))
     assert evaluated == pytest.approx(data + kl, rel=1e-5)
 
-    x_test, _ = _images(16, seed=1)
-    model.save(tmp_path / "cnn.keras")
-    np.save(tmp_path / "x.npy", x_test)
+    _assert_reloads_in_a_fresh_process(model, _images(16, seed=1)[0], tmp_path)
+
+
+def _sequences(n, seed, length=8):
+    """Sequences of 2 features; the label: whether the first feature sums to more than 0."""
+    x = np.random.default_rng(seed).standard_normal((n, length, 2)).astype("float32")
+    return x, (x[:, :, 0].sum(axis=1) > 0).astype("int32")
+
+
+@keras3_only
+@pytest.mark.parametrize("cell", [
+    "LSTMCellReparameterization",  # the issue's check: in the default run (~40 s)
+    pytest.param("GRUCellFlipout", marks=pytest.mark.slow)])
+def test_rnn_of_a_bayesian_cell_trains_saves_and_reloads_in_a_fresh_process(cell, tmp_path):
+    """`keras.layers.RNN` of a Bayesian cell in `keras.Sequential`: ``fit`` trains it with the
+    cell's two KL terms in its loss; it saves to ``.keras`` and a fresh process loads it with
+    identical posterior-mean predictions and KL."""
+    x, y = _sequences(256, seed=0)
+    model = keras.Sequential([keras.Input((8, 2)),
+                              keras.layers.RNN(getattr(bl, cell)(8, seed=1)),
+                              keras.layers.Dense(2)])
+    assert len(model.losses) == 2  # kernel and recurrent kernel
+    assert bl.set_dataset_size(model, len(x)) == 2
+    model.compile(keras.optimizers.Adam(1e-2),
+                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    history = model.fit(x, y, epochs=10, batch_size=32, verbose=0).history["loss"]
+    assert history[-1] < history[0], history
     with bl.posterior_mean(model):
-        ours = model(x_test).numpy()
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    fresh = _run_python(_LOAD_AND_PREDICT.format(directory=str(tmp_path)), env)
-    assert fresh["keras3"] and fresh["env"] is None
-    np.testing.assert_array_equal(np.load(tmp_path / "reloaded.npy"), ours)
-    assert fresh["kl"] == pytest.approx(kl, rel=1e-6)
+        accuracy = np.mean(np.argmax(model(x).numpy(), -1) == y)
+    assert accuracy > 0.85, accuracy  # chance: about 0.5
+    _assert_reloads_in_a_fresh_process(model, _sequences(16, seed=1)[0], tmp_path)

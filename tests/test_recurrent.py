@@ -115,7 +115,7 @@ def test_zero_variance_equals_keras(cls, kwargs, sampling):
     np.testing.assert_allclose(ours(x), theirs(x), rtol=0, atol=1e-6)
     # Also step by step from Python, as in the paper's Fig. 1.
     state = cell.get_initial_state(x)
-    keras_state = keras_cell.get_initial_state(x)
+    keras_state = state  # zeros (Keras 3's get_initial_state takes a batch size, not inputs)
     for t in range(x.shape[1]):
         out, state = cell(x[:, t], state)
         keras_out, keras_state = keras_cell(x[:, t], keras_state)
@@ -401,6 +401,22 @@ def test_distribution_bias_keeps_unit_forget_bias():
         assert all(g is not None and np.abs(g).max() > 0 for g in grads)
 
 
+@pytest.mark.parametrize("cls", [LSTMCellReparameterization, GRUCellFlipout])
+def test_keras_dropout_applies_in_training_only(cls):
+    """The Keras cell's input and recurrent dropout, on the fused step: at the posterior mean
+    (no weight noise) inference is deterministic and ``training=True`` drops units."""
+    from bayes_planet.layers import posterior_mean
+
+    x = _seq()
+    cell = cls(5, dropout=0.5, recurrent_dropout=0.5, seed=1)
+    rnn = keras.layers.RNN(cell, return_sequences=True)
+    with posterior_mean(cell):
+        inference = [rnn(x, training=False).numpy() for _ in range(2)]
+        trained = rnn(x, training=True).numpy()
+    np.testing.assert_array_equal(inference[0], inference[1])
+    assert np.all(np.isfinite(trained)) and np.abs(trained - inference[0]).max() > 1e-3
+
+
 # Gradients -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cls", CELLS)
@@ -449,7 +465,7 @@ STRATEGY_SCRIPT = textwrap.dedent("""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     from bayes_planet._keras import keras
-    from bayes_planet.layers import recurrent
+    from bayes_planet.layers import _compat, recurrent
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     assert strategy.num_replicas_in_sync == 2
     x = np.random.default_rng(0).standard_normal((8, 5, 3)).astype("float32")
@@ -475,7 +491,7 @@ STRATEGY_SCRIPT = textwrap.dedent("""
         model, cell, losses = fit(make, jit=False)
         assert np.all(np.isfinite(losses)), losses
         assert model.predict(x, batch_size=8, verbose=0).shape == (8, 2)
-        counter = cell._seed_counter
+        counter = _compat.tf_variable(cell._seed_counter)
         assert counter.dtype == tf.int64
         values = [int(v) for v in strategy.experimental_local_results(counter)]
         assert values[0] >= 3 and values[0] == values[1], values  # one seed per sequence

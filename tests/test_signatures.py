@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import bayes_planet.layers as bl
-from bayes_planet._keras import keras
+from bayes_planet._keras import KERAS3, keras
 from bayes_planet.testing import not_ported_family
 
 # Bayesian layer -> (Keras twin, input shape for a call).
@@ -57,9 +57,10 @@ TWINS = {
 
 # Positional parameters that newer Keras releases append to a twin's signature
 # (tf-keras 2.16+: MultiHeadAttention's softmax_robust_masking; Keras 3: Dense's LoRA and
-# quantization arguments).
+# quantization arguments, the recurrent cells' seed).
 NEWER_KERAS_PARAMETERS = {keras.layers.MultiHeadAttention: ("softmax_robust_masking",),
-                          keras.layers.Dense: ("lora_rank", "lora_alpha", "quantization_config")}
+                          keras.layers.Dense: ("lora_rank", "lora_alpha", "quantization_config"),
+                          keras.layers.LSTMCell: ("seed",), keras.layers.GRUCell: ("seed",)}
 
 
 # Non-default values for each twin parameter, valid for both layers of the pair.
@@ -86,8 +87,10 @@ LAYER_PROBES.update({cls: {"kernel_initializer": "glorot_uniform",
                      for cls in (bl.LSTMCellRank1, bl.GRUCellRank1)})
 # Layers without noise take no ``seed``.
 NOISELESS = (bl.DenseBatchEnsemble, bl.Conv2DBatchEnsemble)
-# Layers whose Keras twin takes the ``seed`` itself (positionally, in the twin's place).
-TWIN_SEEDED = (bl.MCDropout,)
+# Layers whose Keras twin takes the ``seed`` itself (positionally, in the twin's place; the
+# cells' twins on Keras 3, and ours on Keras 2 in that place too).
+TWIN_SEEDED = (bl.MCDropout, bl.LSTMCellReparameterization, bl.LSTMCellFlipout,
+               bl.GRUCellReparameterization, bl.GRUCellFlipout)
 # Keys whose Bayesian value is a distribution initializer / KL regularizer object that a
 # Keras twin cannot hold: compared by presence only.
 BAYESIAN_KEYS = {"kernel_initializer", "recurrent_initializer", "kernel_regularizer",
@@ -95,7 +98,8 @@ BAYESIAN_KEYS = {"kernel_initializer", "recurrent_initializer", "kernel_regulari
 # MultiHeadAttention's output_shape is a shape; the probe for EinsumDense is an int.
 PAIR_PROBES = {keras.layers.MultiHeadAttention: {"output_shape": None, "dropout": 0.1,
                                                  "softmax_robust_masking": False},
-               keras.layers.Dropout: {"rate": 0.3, "noise_shape": None, "seed": 3}}
+               keras.layers.Dropout: {"rate": 0.3, "noise_shape": None, "seed": 3},
+               keras.layers.LSTMCell: {"seed": 3}, keras.layers.GRUCell: {"seed": 3}}
 
 
 # Where the Keras layer classes live (keras.src.layers.*: Keras 2.15 and Keras 3).
@@ -106,11 +110,20 @@ def _params(cls):
     return list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
 
 
+# Known Keras 3 defects whose fix lies outside this test (strict: the test reports the fix).
+KERAS3_DEFECTS = {
+    cls: ("Keras 3's cells take seed positionally after recurrent_dropout (GRU: reset_after); "
+          "the rank-1 cells take it keyword-only (ensemble_recurrent.py, #28)")
+    for cls in (bl.LSTMCellRank1, bl.GRUCellRank1)} if KERAS3 else {}
+
+
 def _cases():
     for ours, (twin, shape) in TWINS.items():
         family = not_ported_family(ours)
         marks = [pytest.mark.skip(reason=f"Keras 3: {family} not yet ported (#28 phase 2)")
                  ] if family else []
+        if ours in KERAS3_DEFECTS:
+            marks.append(pytest.mark.xfail(reason=KERAS3_DEFECTS[ours], strict=True))
         yield pytest.param(ours, twin, shape, id=ours.__name__, marks=marks)
 
 

@@ -29,9 +29,11 @@ __all__ = [
     "PosteriorLoss",
     "RandomVariableInputs",
     "RandomVariableOutputs",
+    "RecurrentCell",
     "SEED_COUNTER_KWARGS",
     "add_weight_arguments",
     "add_weight_loss",
+    "build",
     "channels_first",
     "conv_input_and_op",
     "increment",
@@ -40,6 +42,7 @@ __all__ = [
     "not_ported_family",
     "random_variable_loss",
     "submodules",
+    "tf_variable",
     "variable_name",
     "weight_losses",
 ]
@@ -140,6 +143,13 @@ def submodules(module):
     return list(getattr(module, "submodules", ()))
 
 
+def tf_variable(variable):
+    """The `tf.Variable` of a layer variable (under a strategy, its distributed variable, whose
+    per-replica values ``strategy.experimental_local_results`` reads): Keras 3 wraps one in
+    its ``value``; a Keras 2 layer variable is one."""
+    return variable.value if KERAS3 else variable
+
+
 def variable_name(variable):
     """A variable's name inside its model: Keras 3's ``path``, Keras 2's ``name`` (no ``:0``)."""
     return variable.path if KERAS3 else variable.name.split(":")[0]
@@ -183,6 +193,67 @@ class LayerState:
 
         def load_own_variables(self, store):
             keras.layers.Layer.load_own_variables(self, store)
+
+
+def build(layer, input_shape):
+    """Builds ``layer`` for ``input_shape`` now, as its first call would."""
+    if KERAS3:
+        layer.build(input_shape)  # Keras 3 builds sublayers so (e.g. `keras.layers.RNN`)
+    else:
+        layer._maybe_build(input_shape)  # noqa: SLF001 - Keras 2's build of a first call
+
+
+class RecurrentCell:
+    """Base of a Keras recurrent cell that holds something per sequence (placed before the
+    Keras cell class, a ``DropoutRNNCell``): `keras.layers.RNN` calls its ``_begin_sequence``
+    before every sequence, and its steps read their dropout masks from `step_dropout_masks`.
+
+    Keras 2's ``RNN.call`` calls ``cell.reset_dropout_mask()`` before each sequence (after
+    ``get_initial_state``); Keras 3's calls ``cell.get_dropout_mask(first step's input)``
+    there instead (and resets the masks after the sequence), with or without an
+    ``initial_state``. `zero_state` is the Keras cell's ``get_initial_state`` with Keras 2's
+    arguments on either Keras.
+    """
+
+    def _begin_sequence(self):
+        """Called when `keras.layers.RNN` starts a sequence (subclasses' hook)."""
+
+    if KERAS3:
+        def get_dropout_mask(self, step_input):
+            self._begin_sequence()
+            return super().get_dropout_mask(step_input)
+    else:
+        def reset_dropout_mask(self):
+            super().reset_dropout_mask()
+            self._begin_sequence()
+
+    def step_dropout_masks(self, inputs, state, training):
+        """``(input mask, recurrent mask)`` of one step of the fused (``implementation=2``)
+        computation; None where there is no dropout (or not ``training``). Starts nothing."""
+        if not KERAS3:
+            return (self.get_dropout_mask_for_cell(inputs, training, count=1),
+                    self.get_recurrent_dropout_mask_for_cell(state, training, count=1))
+        if not training:
+            return None, None
+        masks = (super().get_dropout_mask(inputs) if self.dropout > 0 else None,
+                 super().get_recurrent_dropout_mask(state) if self.recurrent_dropout > 0
+                 else None)
+        # With recurrent dropout Keras 3's cells make one mask per gate (their unfused step).
+        return tuple(m[0] if isinstance(m, list | tuple) else m for m in masks)
+
+    def zero_state(self, inputs=None, batch_size=None, dtype=None):
+        """The Keras cell's zero state for ``inputs`` ``[batch, ...]`` or ``batch_size``, in
+        ``dtype`` (default: the inputs' dtype, else the cell's compute dtype), with the state
+        structure of the Keras cell."""
+        if not KERAS3:
+            return super().get_initial_state(inputs=inputs, batch_size=batch_size, dtype=dtype)
+        if batch_size is None:
+            batch_size = tf.shape(inputs)[0]
+        if dtype is None and inputs is not None:
+            dtype = inputs.dtype
+        state = super().get_initial_state(batch_size=batch_size)
+        return state if dtype is None else tf.nest.map_structure(
+            lambda s: tf.cast(s, dtype), state)
 
 
 def _symbolic_value(output):

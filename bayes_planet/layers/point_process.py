@@ -102,9 +102,8 @@ class GridPoissonProcess(tfd.Distribution):
         return self._expected_counts()
 
 
-@_compat.keras2_only("point processes")
 @_register
-class PoissonProcess(BayesianLayer, keras.layers.Layer):
+class PoissonProcess(BayesianLayer, _compat.RandomVariableOutputs, keras.layers.Layer):
     """Poisson point-process output layer on a box, rate piecewise constant on a grid.
 
     ``layer(rate)`` returns a `RandomVariable` over the ``[num_cells, units]`` cell

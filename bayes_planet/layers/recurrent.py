@@ -158,8 +158,7 @@ def _draw_weight(estimator, weight, seed, dtype, num_samples):
                      f"Received: _estimator={name!r}")
 
 
-@_compat.keras2_only("recurrent cells")
-class _BayesianCell(BayesianLayer):
+class _BayesianCell(_compat.RecurrentCell, BayesianLayer):
     """Shared sampling machinery of the Bayesian cells (mixed in before the Keras cell).
 
     Subclasses set ``_estimator`` (as the other families do: an estimator of
@@ -241,18 +240,17 @@ class _BayesianCell(BayesianLayer):
         A sample from ``sample_weights`` not yet used by any step is kept. If the cell
         is not built and ``inputs`` is given (``[batch, ..., input_dim]``), it is built.
         """
-        state = super().get_initial_state(inputs=inputs, batch_size=batch_size, dtype=dtype)
+        state = self.zero_state(inputs, batch_size, dtype)
         if self.sampling == "sequence":
             if not self.built and inputs is not None:
-                self._maybe_build(tf.TensorShape([None, inputs.shape[-1]]))
+                _compat.build(self, (None, inputs.shape[-1]))
             if self.built:
                 self._start_sequence(tf.shape(inputs)[0] if inputs is not None else batch_size)
         return state
 
-    def reset_dropout_mask(self):
-        # `keras.layers.RNN.call` calls this before every sequence (also when given an
+    def _begin_sequence(self):
+        # `keras.layers.RNN` calls this before every sequence (also when given an
         # `initial_state`, when `get_initial_state` is not called): start a sequence.
-        super().reset_dropout_mask()
         if self.sampling == "sequence" and self.built:
             self._start_sequence(None)
             self._claim(self._sample_cache.get())
@@ -368,7 +366,7 @@ class BayesianLSTMCell(_BayesianCell, keras.layers.LSTMCell):
                  unit_forget_bias=True, kernel_regularizer="normal_kl_divergence",
                  recurrent_regularizer="normal_kl_divergence", bias_regularizer=None,
                  kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
-                 dropout=0.0, recurrent_dropout=0.0, *, seed=None, sampling="sequence",
+                 dropout=0.0, recurrent_dropout=0.0, seed=None, *, sampling="sequence",
                  **kwargs):
         super().__init__(
             units=units, activation=activation, recurrent_activation=recurrent_activation,
@@ -393,14 +391,13 @@ class BayesianLSTMCell(_BayesianCell, keras.layers.LSTMCell):
         finally:
             self.unit_forget_bias = True
         loc = getattr(self.bias, "mean", getattr(self.bias, "point", None))
-        if isinstance(loc, tf.Variable):
+        if hasattr(loc, "assign_add"):  # a trainable location (a variable)
             u = self.units
             loc.assign_add(tf.concat([tf.zeros([u]), tf.ones([u]), tf.zeros([2 * u])], 0))
 
     def call(self, inputs, states, training=None):
         h_tm1, c_tm1 = states[0], states[1]
-        dp_mask = self.get_dropout_mask_for_cell(inputs, training, count=1)
-        rec_mask = self.get_recurrent_dropout_mask_for_cell(h_tm1, training, count=1)
+        dp_mask, rec_mask = self.step_dropout_masks(inputs, h_tm1, training)
         x = inputs * dp_mask if dp_mask is not None else inputs
         h_in = h_tm1 * rec_mask if rec_mask is not None else h_tm1
         sample = self._current_sample(x)
@@ -436,7 +433,7 @@ class BayesianGRUCell(_BayesianCell, keras.layers.GRUCell):
                  kernel_regularizer="normal_kl_divergence",
                  recurrent_regularizer="normal_kl_divergence", bias_regularizer=None,
                  kernel_constraint=None, recurrent_constraint=None, bias_constraint=None,
-                 dropout=0.0, recurrent_dropout=0.0, reset_after=True, *, seed=None,
+                 dropout=0.0, recurrent_dropout=0.0, reset_after=True, seed=None, *,
                  sampling="sequence", **kwargs):
         super().__init__(
             units=units, activation=activation, recurrent_activation=recurrent_activation,
@@ -451,8 +448,7 @@ class BayesianGRUCell(_BayesianCell, keras.layers.GRUCell):
 
     def call(self, inputs, states, training=None):
         h_tm1 = states[0] if tf.nest.is_nested(states) else states
-        dp_mask = self.get_dropout_mask_for_cell(inputs, training, count=1)
-        rec_mask = self.get_recurrent_dropout_mask_for_cell(h_tm1, training, count=1)
+        dp_mask, rec_mask = self.step_dropout_masks(inputs, h_tm1, training)
         x = inputs * dp_mask if dp_mask is not None else inputs
         h_in = h_tm1 * rec_mask if rec_mask is not None else h_tm1
         sample = self._current_sample(x)
@@ -491,8 +487,8 @@ class LSTMCellReparameterization(BayesianLSTMCell):
     Estimator: reparameterization (Kingma & Welling, 2014; Fortunato et al., 2017):
     the step uses a sampled ``W = loc + scale * eps`` shared by the batch (or by each
     row group with ``sample_weights(num_samples=K)``), so a step costs one Keras step.
-    Arguments: those of `keras.layers.LSTMCell` in its order, plus the keyword-only
-    ``seed`` and ``sampling``.
+    Arguments: those of `keras.layers.LSTMCell` in its order (``seed`` in Keras 3's
+    place), plus the keyword-only ``sampling``.
     """
 
     _estimator = staticmethod(estimators.reparameterization)
@@ -506,8 +502,8 @@ class LSTMCellFlipout(BayesianLSTMCell):
     perturbation ``E`` per sequence (``sampling='sequence'``) and per-example signs
     ``s, r`` fixed over the sequence, so each example sees its own pseudo-independent
     weight sample; about twice the matmul cost of the Keras step. Arguments: those
-    of `keras.layers.LSTMCell` in its order, plus the keyword-only ``seed`` and
-    ``sampling``.
+    of `keras.layers.LSTMCell` in its order (``seed`` in Keras 3's place), plus the
+    keyword-only ``sampling``.
     """
 
     _estimator = staticmethod(estimators.flipout)
@@ -520,8 +516,8 @@ class GRUCellReparameterization(BayesianGRUCell):
     Estimator: reparameterization (Kingma & Welling, 2014; Fortunato et al., 2017):
     the step uses a sampled ``W = loc + scale * eps`` shared by the batch (or by each
     row group with ``sample_weights(num_samples=K)``), so a step costs one Keras step.
-    Arguments: those of `keras.layers.GRUCell` in its order, plus the keyword-only
-    ``seed`` and ``sampling``.
+    Arguments: those of `keras.layers.GRUCell` in its order (``seed`` in Keras 3's
+    place), plus the keyword-only ``sampling``.
     """
 
     _estimator = staticmethod(estimators.reparameterization)
@@ -535,8 +531,8 @@ class GRUCellFlipout(BayesianGRUCell):
     perturbation ``E`` per sequence (``sampling='sequence'``) and per-example signs
     ``s, r`` fixed over the sequence, so each example sees its own pseudo-independent
     weight sample; about twice the matmul cost of the Keras step. Arguments: those
-    of `keras.layers.GRUCell` in its order, plus the keyword-only ``seed`` and
-    ``sampling``.
+    of `keras.layers.GRUCell` in its order (``seed`` in Keras 3's place), plus the
+    keyword-only ``sampling``.
     """
 
     _estimator = staticmethod(estimators.flipout)
