@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import bayes_planet.layers as bl
-from bayes_planet._keras import KERAS3, keras
+from bayes_planet._keras import keras
 from bayes_planet.testing import not_ported_family
 
 # Bayesian layer -> (Keras twin, input shape for a call).
@@ -90,7 +90,8 @@ NOISELESS = (bl.DenseBatchEnsemble, bl.Conv2DBatchEnsemble)
 # Layers whose Keras twin takes the ``seed`` itself (positionally, in the twin's place; the
 # cells' twins on Keras 3, and ours on Keras 2 in that place too).
 TWIN_SEEDED = (bl.MCDropout, bl.LSTMCellReparameterization, bl.LSTMCellFlipout,
-               bl.GRUCellReparameterization, bl.GRUCellFlipout)
+               bl.GRUCellReparameterization, bl.GRUCellFlipout, bl.LSTMCellRank1,
+               bl.GRUCellRank1)
 # Keys whose Bayesian value is a distribution initializer / KL regularizer object that a
 # Keras twin cannot hold: compared by presence only.
 BAYESIAN_KEYS = {"kernel_initializer", "recurrent_initializer", "kernel_regularizer",
@@ -110,20 +111,11 @@ def _params(cls):
     return list(inspect.signature(cls.__init__).parameters.values())[1:]  # drop self
 
 
-# Known Keras 3 defects whose fix lies outside this test (strict: the test reports the fix).
-KERAS3_DEFECTS = {
-    cls: ("Keras 3's cells take seed positionally after recurrent_dropout (GRU: reset_after); "
-          "the rank-1 cells take it keyword-only (ensemble_recurrent.py, #28)")
-    for cls in (bl.LSTMCellRank1, bl.GRUCellRank1)} if KERAS3 else {}
-
-
 def _cases():
     for ours, (twin, shape) in TWINS.items():
         family = not_ported_family(ours)
         marks = [pytest.mark.skip(reason=f"Keras 3: {family} not yet ported (#28 phase 2)")
                  ] if family else []
-        if ours in KERAS3_DEFECTS:
-            marks.append(pytest.mark.xfail(reason=KERAS3_DEFECTS[ours], strict=True))
         yield pytest.param(ours, twin, shape, id=ours.__name__, marks=marks)
 
 

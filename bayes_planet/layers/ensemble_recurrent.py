@@ -106,8 +106,9 @@ class _Rank1Cell:
         super().__init_subclass__(**kwargs)
         if "__init__" in vars(cls):
             own = list(inspect.signature(cls.__init__).parameters.values())
+            names = {p.name for p in own}  # ``seed``: positional, where Keras 3 has it
             added = [p for p in inspect.signature(_Rank1Cell.__init__).parameters.values()
-                     if p.kind is inspect.Parameter.KEYWORD_ONLY]
+                     if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in names]
             cls.__init__.__signature__ = inspect.Signature(own[:-1] + added + own[-1:])
 
     def build(self, input_shape):
@@ -230,7 +231,8 @@ class LSTMCellRank1(_Rank1Cell, BayesianLSTMCell):
         ``'rank1_normal_kl_divergence'``, the prior N(1, 0.1²)).
       use_additive_perturbation: ``((x + α_e) W) + γ_e`` (and the same for the
         recurrent kernel) instead of the multiplicative factors.
-      seed: int or None, for reproducible noise.
+      seed: int or None, for reproducible noise (positional after ``recurrent_dropout``,
+        GRU: ``reset_after``, as Keras 3's cells; keyword on Keras 2).
       sampling: ``'sequence'`` (default: one draw per example and sequence) or ``'step'``.
 
     Call: ``cell(inputs [E·b, D], [h [E·b, units], c [E·b, units]])`` returns
@@ -244,7 +246,7 @@ class LSTMCellRank1(_Rank1Cell, BayesianLSTMCell):
                  bias_initializer="zeros", unit_forget_bias=True, kernel_regularizer=None,
                  recurrent_regularizer=None, bias_regularizer=None, kernel_constraint=None,
                  recurrent_constraint=None, bias_constraint=None, dropout=0.0,
-                 recurrent_dropout=0.0, **kwargs):
+                 recurrent_dropout=0.0, seed=None, **kwargs):
         super().__init__(**init_arguments(locals()))
 
 
@@ -258,9 +260,9 @@ class GRUCellRank1(_Rank1Cell, BayesianGRUCell):
 
     Args: as `keras.layers.GRUCell` (same order; ``kernel_initializer``,
       ``recurrent_initializer`` and ``bias_initializer`` must be point-estimate
-      initializers), plus the keyword-only arguments of `LSTMCellRank1` (``ensemble_size``,
-      the factors' initializers and regularizers, ``use_additive_perturbation``, ``seed``,
-      ``sampling``).
+      initializers), then ``seed`` (as `LSTMCellRank1`), plus the keyword-only arguments of
+      `LSTMCellRank1` (``ensemble_size``, the factors' initializers and regularizers,
+      ``use_additive_perturbation``, ``sampling``).
 
     Call: ``cell(inputs [E·b, D], h [E·b, units] or [h])`` returns ``(h, h or [h])``.
     """
@@ -272,7 +274,7 @@ class GRUCellRank1(_Rank1Cell, BayesianGRUCell):
                  bias_initializer="zeros", kernel_regularizer=None, recurrent_regularizer=None,
                  bias_regularizer=None, kernel_constraint=None, recurrent_constraint=None,
                  bias_constraint=None, dropout=0.0, recurrent_dropout=0.0, reset_after=True,
-                 **kwargs):
+                 seed=None, **kwargs):
         super().__init__(**init_arguments(locals()))
 
     def _bias_shape(self):
