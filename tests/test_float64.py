@@ -58,6 +58,8 @@ CASES = {
                     _plain),
     "Conv2DBatchEnsemble": (lambda: bl.Conv2DBatchEnsemble(3, 2, ensemble_size=2, **F64),
                             (2, 5, 5, 2), _plain),
+    "Conv1DBatchEnsemble": (lambda: bl.Conv1DBatchEnsemble(3, 2, ensemble_size=2, **F64),
+                            (2, 6, 2), _plain),
     "LSTMCellFlipout": (lambda: bl.LSTMCellFlipout(3, **F64), (2, 4, 3), _rnn),
     "GRUCellReparameterization": (lambda: bl.GRUCellReparameterization(3, **F64), (2, 4, 3),
                                   _rnn),

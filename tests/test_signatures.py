@@ -33,6 +33,7 @@ TWINS = {
     bl.Conv1DRank1: (keras.layers.Conv1D, (4, 9, 3)),
     bl.Conv2DRank1: (keras.layers.Conv2D, (4, 9, 9, 3)),
     bl.Conv2DBatchEnsemble: (keras.layers.Conv2D, (4, 9, 9, 3)),
+    bl.Conv1DBatchEnsemble: (keras.layers.Conv1D, (4, 9, 3)),
     bl.Conv1DReparameterization: (keras.layers.Conv1D, (2, 9, 3)),
     bl.Conv1DFlipout: (keras.layers.Conv1D, (2, 9, 3)),
     bl.Conv1DVariationalDropout: (keras.layers.Conv1D, (2, 9, 3)),
@@ -81,12 +82,12 @@ PROBES = {
 LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
                 for cls in (bl.DenseRank1, bl.DenseBatchEnsemble, bl.EinsumDenseRank1,
                             bl.MultiHeadAttentionRank1, bl.Conv1DRank1, bl.Conv2DRank1,
-                            bl.Conv2DBatchEnsemble)}
+                            bl.Conv2DBatchEnsemble, bl.Conv1DBatchEnsemble)}
 LAYER_PROBES.update({cls: {"kernel_initializer": "glorot_uniform",
                            "recurrent_initializer": "orthogonal"}
                      for cls in (bl.LSTMCellRank1, bl.GRUCellRank1)})
 # Layers without noise take no ``seed``.
-NOISELESS = (bl.DenseBatchEnsemble, bl.Conv2DBatchEnsemble)
+NOISELESS = (bl.DenseBatchEnsemble, bl.Conv2DBatchEnsemble, bl.Conv1DBatchEnsemble)
 # Layers whose Keras twin takes the ``seed`` itself (positionally, in the twin's place; the
 # cells' twins on Keras 3, and ours on Keras 2 in that place too).
 TWIN_SEEDED = (bl.MCDropout, bl.LSTMCellReparameterization, bl.LSTMCellFlipout,
