@@ -32,23 +32,20 @@ __all__ = ["PositionEmbedding", "TransformerBlock", "build_transformer"]
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 # The registry families of the attention and the feed-forward layers (their estimators
-# are the choices of ``attention`` and ``feed_forward``), and their ensemble families
-# (further choices: estimators needing the ensemble batch convention).
+# are the choices of ``attention`` and ``feed_forward``); their ensemble families
+# (`layer_registry.ensemble_family`) give further choices: estimators needing the ensemble
+# batch convention.
 ATTENTION_FAMILY, FEED_FORWARD_FAMILY = "multi_head_attention", "dense"
-ENSEMBLE_FAMILIES = {ATTENTION_FAMILY: "multi_head_attention_ensemble",
-                     FEED_FORWARD_FAMILY: "dense_ensemble"}
 
 
 def _family(value, family):
     """The registry family of the choice ``value``: ``family`` or its ensemble family."""
-    if value in layer_registry.estimators(family, sampling_only=True):
-        return family
-    return ENSEMBLE_FAMILIES[family]
+    return layer_registry.family_for(family, value)
 
 
 def _choice(name, value, family):
     options = (layer_registry.estimators(family, sampling_only=True)
-               + layer_registry.estimators(ENSEMBLE_FAMILIES[family])[1:])
+               + layer_registry.estimators(layer_registry.ensemble_family(family))[1:])
     if value not in options:
         raise ValueError(f"Expected {name} in {sorted(options)}. Received: {name}={value!r}")
     return value
@@ -113,7 +110,7 @@ class TransformerBlock(keras.layers.Layer):
         self.ensemble_size = ensemble_size
         if ensemble_size is not None:
             self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
-            if not any(_family(v, f) in ENSEMBLE_FAMILIES.values() for v, f in (
+            if not any(_family(v, f) != f for v, f in (
                     (self.attention, ATTENTION_FAMILY), (self.feed_forward, FEED_FORWARD_FAMILY))):
                 raise ValueError(
                     "ensemble_size needs an ensemble choice of attention or feed_forward "
@@ -129,12 +126,12 @@ class TransformerBlock(keras.layers.Layer):
 
     def _sublayer(self, value, family, name):
         """The class of the choice ``value`` and its seed, prior and ensemble arguments."""
-        family = _family(value, family)
-        cls = layer_registry.get(family, value)
+        ensemble = _family(value, family) != family
+        cls = layer_registry.get(_family(value, family), value)
         kwargs = {}
         if value == layer_registry.DETERMINISTIC:
             return cls, kwargs
-        if family in ENSEMBLE_FAMILIES.values():
+        if ensemble:
             if self.ensemble_size is not None:
                 kwargs["ensemble_size"] = self.ensemble_size
         else:
