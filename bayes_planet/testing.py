@@ -260,13 +260,21 @@ def _save(model, path, **kwargs):
     """``model.save``; the HDF5 round trip is tested on purpose, so Keras' "legacy format"
     warning for ``.h5`` is expected there (and required: it is how Keras marks the format).
     Any other warning is passed on."""
+    with _passing_on_all_but(lambda w: str(path).endswith(".h5")
+                             and issubclass(w.category, UserWarning)
+                             and "HDF5 file" in str(w.message) and "legacy" in str(w.message)):
+        model.save(path, **kwargs)
+
+
+@contextlib.contextmanager
+def _passing_on_all_but(expected):
+    """Records the warnings raised inside and passes on each one for which
+    ``expected(warning)`` is false (the expected ones are dropped)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model.save(path, **kwargs)
-    legacy = [w for w in caught if str(path).endswith(".h5") and issubclass(w.category, UserWarning)
-              and "HDF5 file" in str(w.message) and "legacy" in str(w.message)]
+        yield
     for w in caught:
-        if w not in legacy:
+        if not expected(w):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
@@ -285,13 +293,9 @@ def _check_fit(model, x, loss):
     warning is expected there, and only there; any other is passed on."""
     y = to_tensor(model(x))[0]
     model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=loss)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with _passing_on_all_but(lambda w: not model.trainable_weights
+                             and "does not have any trainable weights" in str(w.message)):
         history = model.fit(x, tf.zeros_like(y), epochs=1, batch_size=len(y), verbose=0)
-    for w in caught:
-        if not (not model.trainable_weights and "does not have any trainable weights"
-                in str(w.message)):
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     assert np.isfinite(history.history["loss"][0]), f"fit loss {history.history['loss']}"
 
 
