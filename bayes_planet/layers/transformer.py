@@ -126,8 +126,9 @@ class TransformerBlock(keras.layers.Layer):
 
     def _sublayer(self, value, family, name):
         """The class of the choice ``value`` and its seed, prior and ensemble arguments."""
-        ensemble = _family(value, family) != family
-        cls = layer_registry.get(_family(value, family), value)
+        chosen = _family(value, family)
+        ensemble = chosen != family
+        cls = layer_registry.get(chosen, value)
         kwargs = {}
         if value == layer_registry.DETERMINISTIC:
             return cls, kwargs
