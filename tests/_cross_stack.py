@@ -19,12 +19,15 @@ from bayes_planet._keras import keras, tf
 
 
 def build():
-    """A small model touching the main families: conv, dense, recurrent, output layer."""
+    """A small model touching the main families: mean-field conv, dense and recurrent, and the
+    rank-1 and BatchEnsemble dense layers (batch 5 = 5 members)."""
     inputs = keras.Input((6, 4))
     h = bl.Conv1DFlipout(8, 3, padding="same", activation="relu", seed=1)(inputs)
     h = keras.layers.RNN(bl.LSTMCellReparameterization(8, seed=2))(h)
     h = bl.DenseReparameterization(
         6, kernel_regularizer=bl.ScaleMixtureKLDivergence(), seed=3, activation="tanh")(h)
+    h = bl.DenseRank1(6, ensemble_size=5, seed=5, activation="tanh")(h)
+    h = bl.DenseBatchEnsemble(6, ensemble_size=5, activation="tanh")(h)
     h = bl.DenseFlipout(4, seed=4)(h)
     return keras.Model(inputs, h)
 

@@ -122,40 +122,57 @@ def test_base_dependencies_exclude_the_agent_extra():
 OTHER_STACK_PYTHON = os.environ.get("BAYES_PLANET_OTHER_STACK_PYTHON")
 
 
-def _cross_stack(python, command, directory):
-    # Not inherited: TF_USE_LEGACY_KERAS (if this process has it) would make TF 2.15 look for
-    # tf-keras, and choose Keras 2 on TF >= 2.16.
+def _tf_version(python):
+    result = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('tensorflow'))"],
+        capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return tuple(int(v) for v in result.stdout.strip().split(".")[:2])
+
+
+def _cross_stack(python, command, directory, legacy_keras=False):
+    # TF_USE_LEGACY_KERAS only where asked (the newer stack's tf-keras mode): inherited, it would
+    # make TF 2.15 look for tf-keras, and choose Keras 2 on TF >= 2.16.
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    if legacy_keras:
+        env["TF_USE_LEGACY_KERAS"] = "1"
     result = subprocess.run([python, "-m", "tests._cross_stack", command, str(directory)],
                             capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1]) if command == "load" else None
 
 
+def _same_outputs_and_kl(load):
+    assert "error" not in load, load
+    assert load["max_abs_output_diff"] < 1e-5
+    assert load["kl"] == pytest.approx(load["saved_kl"], rel=1e-6)
+
+
 @pytest.mark.skipif(not OTHER_STACK_PYTHON, reason=(
     "needs BAYES_PLANET_OTHER_STACK_PYTHON: an interpreter with the other TF/Keras stack "
     "(CI's layers job sets it)"))
-def test_save_load_across_stacks(tmp_path):
-    """A model saved on TF 2.15 (tf.keras) loads on TF >= 2.16 (tf-keras) with the same outputs
-    and KL; back from the newer stack only the weights load (README "Supported versions")."""
+@pytest.mark.parametrize("newer_keras", ["keras3", "tf_keras"])
+def test_save_load_across_stacks(tmp_path, newer_keras):
+    """Between TF 2.15 (Keras 2) and TF >= 2.16 with Keras 3 (its default) or with tf-keras
+    (TF_USE_LEGACY_KERAS=1), a model of mean-field conv/dense/LSTM and rank-1/BatchEnsemble layers
+    moves by `.weights.h5` both ways with the same posterior-mean outputs and KL. Whole `.keras`
+    files: TF 2.15 -> tf-keras loads; nothing else does (README "Supported versions")."""
+    older, newer = sorted((sys.executable, OTHER_STACK_PYTHON), key=_tf_version)
+    assert _tf_version(older) < (2, 16) <= _tf_version(newer), (older, newer)
+    legacy = {older: False, newer: newer_keras == "tf_keras"}
     loads = {}
-    for name, saver, loader in (("here", sys.executable, OTHER_STACK_PYTHON),
-                                ("other", OTHER_STACK_PYTHON, sys.executable)):
-        (tmp_path / name).mkdir()
-        _cross_stack(saver, "save", tmp_path / name)
-        loads[name] = _cross_stack(loader, "load", tmp_path / name)
-    versions = {name: tuple(int(v) for v in r["tf"].split(".")[:2]) for name, r in loads.items()}
-    assert versions["here"] != versions["other"], "both interpreters have the same stack"
-    # Saved on the older stack, loaded on the newer: loads; saved on the newer, loaded on the older.
-    old_to_new, new_to_old = ((loads["here"], loads["other"]) if versions["here"] > versions["other"]
-                              else (loads["other"], loads["here"]))
-    for way in ("model", "weights"):
-        assert "error" not in old_to_new[way], old_to_new[way]
-        assert old_to_new[way]["max_abs_output_diff"] < 1e-5
-        assert old_to_new[way]["kl"] == pytest.approx(old_to_new[way]["saved_kl"], rel=1e-6)
-    assert "error" not in new_to_old["weights"], new_to_old["weights"]
-    assert new_to_old["weights"]["max_abs_output_diff"] < 1e-5
-    assert new_to_old["weights"]["kl"] == pytest.approx(new_to_old["weights"]["saved_kl"], rel=1e-6)
-    if versions["here"] < (2, 16) or versions["other"] < (2, 16):
-        # Keras 2.15 cannot read tf-keras's .keras files (module paths tf_keras.src...).
-        assert "tf_keras" in new_to_old["model"].get("error", ""), new_to_old["model"]
+    for way, saver, loader in (("old_to_new", older, newer), ("new_to_old", newer, older)):
+        (tmp_path / way).mkdir()
+        _cross_stack(saver, "save", tmp_path / way, legacy[saver])
+        loads[way] = _cross_stack(loader, "load", tmp_path / way, legacy[loader])
+    assert loads["old_to_new"]["keras"] == ("tf_keras" if legacy[newer] else "keras")
+    assert loads["new_to_old"]["keras"].startswith("keras.api._v2")  # TF 2.15's tf.keras
+    for way in ("old_to_new", "new_to_old"):
+        _same_outputs_and_kl(loads[way]["weights"])
+    # Each Keras reads only its own generation's module paths in a `.keras` file.
+    if newer_keras == "tf_keras":
+        _same_outputs_and_kl(loads["old_to_new"]["model"])
+        assert "tf_keras" in loads["new_to_old"]["model"].get("error", ""), loads["new_to_old"]
+    else:
+        assert "keras.src.engine.functional" in loads["old_to_new"]["model"].get("error", "")
+        assert "keras.src.models.functional" in loads["new_to_old"]["model"].get("error", "")

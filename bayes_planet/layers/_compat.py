@@ -185,6 +185,13 @@ class LayerState:
     is a sublayer that saves its own variables (the object walk of ``.keras``/``.weights.h5``),
     so the layer saves only its own variables, as every Keras 3 layer does by default. Keras 2
     saves by its own walk: nothing to change.
+
+    A posterior is reachable by two names (``kernel`` and ``kernel_initializer``: it is both),
+    and the walk saves it under the first name it visits: Keras 2 visits ``dir(layer)`` in
+    reverse order, Keras 3 in order. So that a ``.weights.h5`` file has the same layout on both
+    (weights move between the stacks, ``tests/test_packaging.py``), on Keras 3 ``dir`` leaves
+    out every public name of such a sublayer but the one Keras 2 visits first (the largest);
+    the attributes themselves are unchanged.
     """
 
     if KERAS3:
@@ -193,6 +200,21 @@ class LayerState:
 
         def load_own_variables(self, store):
             keras.layers.Layer.load_own_variables(self, store)
+
+        def __dir__(self):
+            names = super().__dir__()
+            attributes = vars(self)
+            by_object = {}  # id(sublayer) -> its public names
+            for name in names:
+                if name.startswith("_"):
+                    continue
+                # An instance attribute, or a property over one (Keras 3's Dense.kernel: _kernel).
+                value = attributes.get(name, attributes.get(f"_{name}"))
+                if isinstance(value, keras.layers.Layer):
+                    by_object.setdefault(id(value), []).append(name)
+            hidden = {name for aliases in by_object.values() if len(aliases) > 1
+                      for name in aliases if name != max(aliases)}
+            return [name for name in names if name not in hidden]
 
 
 def build(layer, input_shape):
