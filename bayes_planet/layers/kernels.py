@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import _compat, constraints
+from bayes_planet.layers import constraints
 
 __all__ = [
     "ConstantMean",
