@@ -52,8 +52,9 @@ def test_sngp_classifier_trains_with_fit_and_reloads_in_a_fresh_process(tmp_path
     """Spectral-normalized Dense layers and a `RandomFeatureGaussianProcess` output: ``fit``
     (with `GPCovarianceReset`) trains the classifier, runs the power iteration in every train
     step (the vectors ``u`` move) and accumulates the Laplace precision of the last epoch;
-    inference is distance aware (far from the data the mean-field probabilities are closer
-    to uniform); a fresh process reloads it with the same predictions."""
+    ``predict`` refreshes the covariance inside its tf.function; inference is distance aware
+    (far from the data the mean-field probabilities are closer to uniform); a fresh process
+    reloads it with the same predictions."""
     x, y = _blobs(256, seed=0)
     model = _sngp_classifier()
     norms = [layer for layer in model.layers if isinstance(layer, bl.SpectralNormalization)]
@@ -65,7 +66,11 @@ def test_sngp_classifier_trains_with_fit_and_reloads_in_a_fresh_process(tmp_path
     history = model.fit(x, y, epochs=epochs, batch_size=batch_size, verbose=0,
                         callbacks=[bl.GPCovarianceReset()]).history["loss"]
     assert history[-1] < 0.5 * history[0], history
+    # The first inference after fit recomputes the stale covariance inside `predict`'s
+    # tf.function (and stores it); the eager call then reads the stored one: the same logits.
+    predicted = model.predict(x, batch_size=len(x), verbose=0)
     logits = mean_prediction(model, x)
+    np.testing.assert_allclose(predicted, logits, rtol=1e-5, atol=1e-6)
     assert np.mean(np.argmax(logits, -1) == y) > 0.95  # chance: 1/3
 
     # State updated inside the compiled train step: each u is the (normalized) power-iteration
