@@ -16,7 +16,11 @@ import inspect
 import itertools
 import json
 import os
+import pathlib
+import subprocess
+import sys
 import tempfile
+import textwrap
 import warnings
 
 import numpy as np
@@ -24,18 +28,20 @@ import tensorflow as tf
 
 from bayes_planet._keras import KERAS3, keras
 from bayes_planet.layers._compat import not_ported_family, submodules, variable_name, weight_losses
-from bayes_planet.layers.base import moments
-from bayes_planet.layers.initializers import TrainableRandomSignNormal
+from bayes_planet.layers.base import moments, posterior_mean
+from bayes_planet.layers.initializers import DistributionInitializer, TrainableRandomSignNormal
+from bayes_planet.layers.random_variable import RandomVariable
 
 # Stack-neutral views for tests (Keras 2 and Keras 3 differ: `bayes_planet.layers._compat`):
 # `submodules(module)` the layers inside a layer/model; `weight_losses(module)` its distribution
 # weights' KL terms, computed now; `not_ported_family(cls)` the family of a layer class not yet
 # on Keras 3 (None if it runs here).
-__all__ = ["CellRNN", "SelfAttention", "check_batch_checked_at_run_time",
-           "check_distinct_initial_weights", "check_gradients", "check_mixed_precision_fit",
-           "factor_means", "global_policy", "normal_array", "normal_kl", "not_ported_family",
-           "run_layer_test", "save_saved_model", "submodules", "to_tensor", "weight_losses",
-           "wide_factors"]
+__all__ = ["CellRNN", "SelfAttention", "assert_reloads_in_a_fresh_process",
+           "check_batch_checked_at_run_time", "check_distinct_initial_weights",
+           "check_gradients", "check_mixed_precision_fit", "factor_means", "global_policy",
+           "mean_prediction", "normal_array", "normal_kl", "not_ported_family",
+           "run_layer_test", "run_python", "save_saved_model", "submodules", "to_tensor",
+           "weight_losses", "wide_factors"]
 
 
 def to_tensor(x):
@@ -376,3 +382,61 @@ def check_batch_checked_at_run_time(layer, shape, ensemble_size):
     else:
         raise AssertionError("a batch not divisible by ensemble_size ran")
     return out
+
+
+# Fresh-process reloads (moved here from tests/test_keras3.py; shared by the Keras 3 tests).
+
+#: Where a fresh interpreter imports this same ``bayes_planet`` from (a source checkout's root).
+_IMPORT_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_python(code, env=None):
+    """Runs ``code`` in a fresh interpreter (this one), importing this ``bayes_planet``; its
+    last stdout line, parsed as JSON."""
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                            text=True, cwd=_IMPORT_ROOT, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def mean_prediction(model, x):
+    """``model(x)`` as numpy at the posterior mean: every distribution weight at its mean
+    (`posterior_mean`, when the model has any) and a `RandomVariable` output as its
+    distribution's mean (a nest of outputs as a nest of arrays)."""
+    has_posteriors = any(isinstance(m, DistributionInitializer) for m in submodules(model))
+    with posterior_mean(model) if has_posteriors else contextlib.nullcontext():
+        outputs = model(x)
+    return tf.nest.map_structure(
+        lambda t: np.asarray(t.distribution.mean() if isinstance(t, RandomVariable) else t),
+        outputs)
+
+
+_LOAD_AND_PREDICT = """
+    import json, os
+    import numpy as np
+    import bayes_planet.layers  # registers the layers
+    from bayes_planet._keras import KERAS3, keras
+    from bayes_planet.testing import mean_prediction
+    directory = {directory!r}
+    model = keras.models.load_model(os.path.join(directory, "model.keras"))
+    x = np.load(os.path.join(directory, "x.npy"))
+    np.save(os.path.join(directory, "reloaded.npy"), mean_prediction(model, x))
+    print(json.dumps({{"keras3": KERAS3, "kl": float(sum(model.losses)),
+                      "env": os.environ.get("TF_USE_LEGACY_KERAS")}}))
+"""
+
+
+def assert_reloads_in_a_fresh_process(model, x, directory, atol=0.0):
+    """Saves ``model`` to ``.keras`` in ``directory``; a fresh Keras 3 process (without
+    TF_USE_LEGACY_KERAS) loads it with the same `mean_prediction` on ``x`` (to ``atol``;
+    0: identical) and the same KL (``sum(model.losses)``, to 1e-6 relative)."""
+    directory = pathlib.Path(directory)
+    model.save(directory / "model.keras")
+    np.save(directory / "x.npy", x)
+    ours = mean_prediction(model, x)
+    kl = float(sum(model.losses))
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    fresh = run_python(_LOAD_AND_PREDICT.format(directory=str(directory)), env)
+    assert fresh["keras3"] and fresh["env"] is None
+    np.testing.assert_allclose(np.load(directory / "reloaded.npy"), ours, rtol=0, atol=atol)
+    assert abs(fresh["kl"] - kl) <= 1e-6 * abs(kl), (fresh["kl"], kl)

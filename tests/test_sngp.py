@@ -17,7 +17,7 @@ from scipy.special import expit
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
-from bayes_planet.testing import not_ported_family, run_layer_test
+from bayes_planet.testing import run_layer_test
 
 
 def _data(*shape, seed=0, dtype="float32"):
@@ -42,9 +42,6 @@ def _top_singular_value(m):
 
 
 def test_signature_extends_keras_spectral_normalization():
-    family = not_ported_family(bl.SpectralNormalization)
-    if family:
-        pytest.skip(f"Keras 3: {family} not yet ported (#28 phase 2)")
     theirs = list(inspect.signature(keras.layers.SpectralNormalization.__init__).parameters)
     ours = inspect.signature(bl.SpectralNormalization.__init__).parameters
     assert list(ours)[:len(theirs) - 1] == theirs[:-1]  # (self, layer, power_iterations)

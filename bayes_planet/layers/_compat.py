@@ -14,6 +14,7 @@ the helpers here. How the KL reaches ``layer.losses`` differs most:
   (frozen, or a fixed one such as ``FixedNormal``, whose KL is a constant) adds no term.
 """
 
+import contextlib
 import functools
 import inspect
 
@@ -26,6 +27,7 @@ __all__ = [
     "NOT_PORTED",
     "NO_AUTOCAST",
     "NotPortedError",
+    "ONLY_FIRST_REPLICA",
     "PosteriorLoss",
     "RandomVariableInputs",
     "RandomVariableOutputs",
@@ -37,10 +39,13 @@ __all__ = [
     "channels_first",
     "conv_input_and_op",
     "increment",
+    "is_variable",
     "keras2_only",
+    "kernel_replaced",
     "name_scope",
     "not_ported_family",
     "random_variable_loss",
+    "shape_list",
     "submodules",
     "tf_variable",
     "variable_name",
@@ -419,3 +424,41 @@ def not_ported_family(cls):
         if family is not None:
             return family
     return None
+
+
+# GP / SNGP (k3-gp) ---------------------------------------------------------------------------
+
+#: ``add_weight`` keyword arguments of a state variable that the replicas keep equal (their
+#: updates are all-reduced): the first replica's value is the one read and saved.
+ONLY_FIRST_REPLICA = {"aggregation": "only_first_replica" if KERAS3
+                      else tf.VariableAggregation.ONLY_FIRST_REPLICA}
+
+
+def is_variable(value):
+    """Whether ``value`` is a layer variable: a ``keras.Variable`` on Keras 3 (which wraps a
+    `tf.Variable`), a `tf.Variable` on Keras 2."""
+    return isinstance(value, keras.Variable if KERAS3 else tf.Variable)
+
+
+@contextlib.contextmanager
+def kernel_replaced(layer, kernel):
+    """Within the block, the Keras layer ``layer`` computes with the tensor ``kernel`` in place
+    of its kernel variable, which stays as it is (and tracked by the layer).
+
+    Keras 3's ``Dense``/``EinsumDense``/convolutions read the variable ``_kernel`` through a
+    ``kernel`` property; Keras 2's layers read the attribute ``kernel``. The attribute is set
+    without Keras' attribute tracking (a temporary tensor, never a weight).
+    """
+    name = "_kernel" if isinstance(getattr(type(layer), "kernel", None), property) else "kernel"
+    variable = getattr(layer, name)
+    object.__setattr__(layer, name, kernel)
+    try:
+        yield
+    finally:
+        object.__setattr__(layer, name, variable)
+
+
+def shape_list(shape):
+    """A layer's ``compute_output_shape`` result (a `tf.TensorShape` on Keras 2, a tuple on
+    Keras 3) as a list."""
+    return tf.TensorShape(shape).as_list()

@@ -60,7 +60,6 @@ def _add_diag(matrix, value):
     return tf.linalg.set_diag(matrix, tf.linalg.diag_part(matrix) + value)
 
 
-@_compat.keras2_only("Gaussian processes")
 class _GaussianProcessBase(BayesianLayer, keras.layers.Layer):
     """Shared arguments: ``units``, ``mean_fn``, ``covariance_fn``, ``jitter``, ``seed``."""
 
@@ -345,7 +344,6 @@ def _constant(array):
     return init
 
 
-@_compat.keras2_only("Gaussian processes")
 @_register
 class TrainableMultivariateNormal(DistributionInitializer):
     """Full-covariance normal over the last axis: ``q = N(loc, S Sᵀ)`` per leading index.
@@ -369,7 +367,7 @@ class TrainableMultivariateNormal(DistributionInitializer):
         dtype = dtype or tf.float32
         *batch, m = self.weight_shape.as_list()
         self.mean = self.add_weight(name="mean", shape=self.weight_shape, dtype=dtype,
-                                    initializer="zeros", experimental_autocast=False)
+                                    initializer="zeros", **_compat.NO_AUTOCAST)
         raw_diag = float(inverse_softplus(self.initial_stddev))
 
         def tril_init(shape, dtype=None, **kwargs):
@@ -379,7 +377,7 @@ class TrainableMultivariateNormal(DistributionInitializer):
 
         self.raw_scale_tril = self.add_weight(
             name="scale_tril", shape=batch + [m * (m + 1) // 2], dtype=dtype,
-            initializer=tril_init, experimental_autocast=False)
+            initializer=tril_init, **_compat.NO_AUTOCAST)
 
     def loc(self):
         return tf.convert_to_tensor(self.mean)

@@ -35,7 +35,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import _compat, constraints
+from bayes_planet.layers import constraints
 
 __all__ = [
     "ConstantMean",
@@ -106,7 +106,6 @@ def _as_matrix(x, name, dtype):
     return x
 
 
-@_compat.keras2_only("Gaussian processes")
 class Kernel(keras.layers.Layer):
     """Base class of covariance functions: ``kernel(x1, x2) -> [n1, n2]``.
 
@@ -273,7 +272,6 @@ class Linear(Kernel):
         return self._variance(x.dtype) * tf.reduce_sum(tf.square(self._scaled(x)), -1)
 
 
-@_compat.keras2_only("Gaussian processes")
 class MeanFunction(keras.layers.Layer):
     """Base class of mean functions: ``[n, d] -> [n]`` or ``[n, units]``."""
 

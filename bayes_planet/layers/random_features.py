@@ -77,7 +77,6 @@ def fourier_features(x, covariance_fn, frequencies, phases, scale=True):
     return amplitude * tf.cos(proj)
 
 
-@_compat.keras2_only("SNGP and random-feature layers")
 @_register
 class RandomFourierFeatures(keras.layers.Layer):
     """GP layer via random Fourier features and a Bayesian linear output.
@@ -138,7 +137,7 @@ class RandomFourierFeatures(keras.layers.Layer):
         """``[batch, D]`` random features φ(x)."""
         x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
         if not self.built:
-            self._maybe_build(x)
+            _compat.build(self, x.shape)
         return fourier_features(x, self.covariance_fn, self.frequencies, self.phases)
 
     def approximate_kernel(self, x1, x2=None):

@@ -89,7 +89,6 @@ def mean_field_logits(logits, variance, mean_field_factor=MEAN_FIELD_FACTOR):
     return logits / tf.sqrt(1.0 + tf.constant(factor, logits.dtype) * variance)
 
 
-@_compat.keras2_only("SNGP and random-feature layers")
 @_register
 class RandomFeatureGaussianProcess(keras.layers.Layer):
     """Random-feature GP output layer with a Laplace posterior covariance (SNGP).
@@ -183,25 +182,25 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
         self.frequencies, self.phases = add_fourier_weights(
             self, self.covariance_fn, dim, features, np.random.default_rng(self._base_seed))
         self.output_layer.build(tf.TensorShape([None, features]))
-        first = tf.VariableAggregation.ONLY_FIRST_REPLICA  # Replicas agree (all-reduced).
+        first = _compat.ONLY_FIRST_REPLICA  # Replicas agree (all-reduced).
         self.precision_matrix = self.add_weight(
             name="precision_matrix", shape=[features, features], initializer="zeros",
-            trainable=False, aggregation=first)
+            trainable=False, **first)
         self.covariance_matrix = self.add_weight(
             name="covariance_matrix", shape=[features, features], trainable=False,
             initializer=keras.initializers.Identity(1.0 / self.gp_cov_ridge_penalty),
-            aggregation=first)
+            **first)
         # Whether the precision changed since the covariance was computed.
         self.covariance_is_stale = self.add_weight(
-            name="covariance_is_stale", shape=[], dtype=tf.bool, trainable=False,
-            aggregation=first)
+            name="covariance_is_stale", shape=[], dtype="bool", initializer="zeros",
+            trainable=False, **first)
         super().build(input_shape)
 
     def features(self, inputs):
         """``[batch, D]`` random features φ(x) (after the input normalization, if any)."""
         x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
         if not self.built:
-            self._maybe_build(x)
+            _compat.build(self, x.shape)
         if self.input_normalization is not None:
             x = self.input_normalization(x)
         return fourier_features(x, self.covariance_fn, self.frequencies, self.phases,

@@ -50,7 +50,6 @@ def _check_seed(seed):
     return seed
 
 
-@_compat.keras2_only("SNGP and random-feature layers")
 @_register
 class SpectralNormalization(keras.layers.Wrapper):
     """Bounds the spectral norm of a layer's kernel by ``norm_multiplier`` (SNGP).
@@ -89,7 +88,7 @@ class SpectralNormalization(keras.layers.Wrapper):
     def build(self, input_shape):
         super().build(input_shape)
         kernel = getattr(self.layer, "kernel", None)
-        if not isinstance(kernel, tf.Variable):
+        if not _compat.is_variable(kernel):
             raise ValueError(
                 f"Expected a layer whose kernel is a variable. Received: layer={self.layer.name!r} "
                 f"({type(self.layer).__name__}) with kernel={type(kernel).__name__}")
@@ -97,8 +96,8 @@ class SpectralNormalization(keras.layers.Wrapper):
             seed=None if self.seed is None else seeds.int_seed(self.seed, "spectral_norm/u"))
         self.u = self.add_weight(
             name="u", shape=self._u_shape(tf.TensorShape(input_shape)), dtype=self._dtype(),
-            initializer=initializer, trainable=False, experimental_autocast=False,
-            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            initializer=initializer, trainable=False, **_compat.NO_AUTOCAST,
+            **_compat.ONLY_FIRST_REPLICA)
         self.built = True
 
     def _dtype(self):
@@ -140,14 +139,9 @@ class SpectralNormalization(keras.layers.Wrapper):
     def call(self, inputs, training=None):
         kernel = tf.cast(self.normalized_kernel(training=bool(training)),
                          self.layer.compute_dtype)
-        variable = self.layer.kernel
-        # The wrapped layer computes with the normalized kernel; its variable is untouched
-        # (object.__setattr__: no Keras attribute tracking of the temporary tensor).
-        object.__setattr__(self.layer, "kernel", kernel)
-        try:
+        # The wrapped layer computes with the normalized kernel; its variable is untouched.
+        with _compat.kernel_replaced(self.layer, kernel):
             return self.layer(inputs)
-        finally:
-            object.__setattr__(self.layer, "kernel", variable)
 
     def compute_output_shape(self, input_shape):
         return self.layer.compute_output_shape(input_shape)
@@ -198,7 +192,7 @@ class SpectralNormalizationConv2D(SpectralNormalization):
             raise ValueError("SpectralNormalizationConv2D needs the input's spatial size. "
                              f"Received: input_shape={input_shape}")
         self._v_shape = one.as_list()
-        return self.layer.compute_output_shape(one).as_list()
+        return _compat.shape_list(self.layer.compute_output_shape(one))
 
     def _forward(self, v, kernel):
         return self.layer.convolution_op(v, kernel)
