@@ -55,7 +55,6 @@ def _sub_seed(seed, name):
     return None if seed is None else zlib.crc32(f"{seed}/{name}".encode()) % (2**31 - 1)
 
 
-@_compat.keras2_only("attention layers")
 @_register
 class TransformerBlock(keras.layers.Layer):
     """Self-attention + feed-forward block with residuals and layer norm (post-norm).
@@ -160,14 +159,11 @@ class TransformerBlock(keras.layers.Layer):
         self.norm_ff = keras.layers.LayerNormalization(
             epsilon=1e-6, dtype=self.dtype_policy, name="norm_ff")
         self.drop = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        shape = tf.TensorShape(input_shape)
-        self.attention_layer._build_from_signature(shape, shape)
-        # Build under each sublayer's name scope: unique variable names (HDF5 saving).
-        for layer, layer_shape in ((self.ff_in, shape),
-                                   (self.ff_out, shape[:-1].concatenate([self.ff_dim])),
+        shape = tuple(tf.TensorShape(input_shape).as_list())
+        _compat.build_attention(self.attention_layer, shape, shape)
+        for layer, layer_shape in ((self.ff_in, shape), (self.ff_out, (*shape[:-1], self.ff_dim)),
                                    (self.norm_attention, shape), (self.norm_ff, shape)):
-            with tf.name_scope(layer.name):
-                layer.build(layer_shape)
+            _compat.build_sublayer(layer, layer_shape)
         super().build(input_shape)
 
     def call(self, inputs, mask=None, training=None):
@@ -196,7 +192,6 @@ class TransformerBlock(keras.layers.Layer):
         return config
 
 
-@_compat.keras2_only("attention layers")
 @_register
 class PositionEmbedding(keras.layers.Layer):
     """Adds a learned position embedding: ``x[:, t] + P[t]`` for ``t < max_length``.
