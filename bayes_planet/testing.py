@@ -16,7 +16,11 @@ import inspect
 import itertools
 import json
 import os
+import pathlib
+import subprocess
+import sys
 import tempfile
+import textwrap
 import warnings
 
 import numpy as np
@@ -24,7 +28,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import KERAS3, keras
 from bayes_planet.layers._compat import not_ported_family, submodules, variable_name, weight_losses
-from bayes_planet.layers.base import moments
+from bayes_planet.layers.base import moments, posterior_mean
 from bayes_planet.layers.initializers import TrainableRandomSignNormal
 
 # Stack-neutral views for tests (Keras 2 and Keras 3 differ: `bayes_planet.layers._compat`):
@@ -36,6 +40,7 @@ __all__ = ["CellRNN", "SelfAttention", "check_batch_checked_at_run_time",
            "factor_means", "global_policy", "normal_array", "normal_kl", "not_ported_family",
            "run_layer_test", "save_saved_model", "submodules", "to_tensor", "weight_losses",
            "wide_factors"]
+__all__ += ["assert_reloads_in_a_fresh_process", "run_python"]
 
 
 def to_tensor(x):
@@ -376,3 +381,50 @@ def check_batch_checked_at_run_time(layer, shape, ensemble_size):
     else:
         raise AssertionError("a batch not divisible by ensemble_size ran")
     return out
+
+
+# Fresh processes (moved here from tests/test_keras3.py for every test file's use) ----------
+
+#: The directory that holds the ``bayes_planet`` package: a fresh process started there
+#: imports this checkout's code (the repository root in a source checkout).
+_PACKAGE_PARENT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_python(code, env=None):
+    """Runs ``code`` in a fresh interpreter (this one) from the directory that holds
+    ``bayes_planet``; its last stdout line, parsed as JSON."""
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                            text=True, cwd=_PACKAGE_PARENT, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+_LOAD_AND_PREDICT = """
+    import json, os
+    import numpy as np
+    import bayes_planet.layers as bl
+    from bayes_planet._keras import KERAS3, keras
+    directory = {directory!r}
+    model = keras.models.load_model(os.path.join(directory, "model.keras"))
+    x = np.load(os.path.join(directory, "x.npy"))
+    with bl.posterior_mean(model):
+        np.save(os.path.join(directory, "reloaded.npy"), model(x).numpy())
+    print(json.dumps({{"keras3": KERAS3, "kl": float(sum(model.losses)),
+                      "env": os.environ.get("TF_USE_LEGACY_KERAS")}}))
+"""
+
+
+def assert_reloads_in_a_fresh_process(model, x, directory):
+    """Saves ``model`` to ``.keras`` in ``directory`` (a `pathlib.Path`); a fresh Keras 3
+    process (without TF_USE_LEGACY_KERAS) loads it with identical posterior-mean predictions
+    on ``x`` and the same KL (relative tolerance 1e-6)."""
+    model.save(directory / "model.keras")
+    np.save(directory / "x.npy", x)
+    with posterior_mean(model):
+        ours = model(x).numpy()
+    kl = float(sum(model.losses))
+    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+    fresh = run_python(_LOAD_AND_PREDICT.format(directory=str(directory)), env)
+    assert fresh["keras3"] and fresh["env"] is None, fresh
+    np.testing.assert_array_equal(np.load(directory / "reloaded.npy"), ours)
+    np.testing.assert_allclose(fresh["kl"], kl, rtol=1e-6)

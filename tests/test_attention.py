@@ -240,13 +240,20 @@ def test_transformer_kernel_regularizer_reaches_every_bayesian_sublayer():
 
 
 def test_transformer_save_round_trip(tmp_path):
+    """Same seeds and noise state after loading, and the same KL: what was set on the
+    block's sublayers after they were made (`set_dataset_size` on their priors) is saved."""
+    from bayes_planet.layers.regularizers import set_dataset_size
+
     model = build_transformer(7, 5, 7, d_model=8, num_heads=2, ff_dim=16, num_layers=1, seed=2)
     tokens = np.random.default_rng(0).integers(0, 7, (3, 5))
     model(tokens)
+    assert set_dataset_size(model, 100) > 0
     path = str(tmp_path / "t.keras")
     model.save(path)
     loaded = keras.models.load_model(path)
     np.testing.assert_allclose(model(tokens), loaded(tokens), atol=1e-6)  # same seeds/state
+    np.testing.assert_allclose(sum(float(v) for v in loaded.losses),
+                               sum(float(v) for v in model.losses), rtol=1e-6)
 
 
 STRATEGY_SCRIPT = textwrap.dedent("""

@@ -5,13 +5,8 @@ The Keras 3 tests skip on TF 2.15, whose ``tf.keras`` is Keras 2 (the agent's st
 rest of the suite is the Keras 2 test.
 """
 
-import json
 import os
-import pathlib
 import re
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -20,21 +15,11 @@ import tensorflow as tf
 import bayes_planet.layers as bl
 from bayes_planet._keras import KERAS3, TF_VERSION, keras
 from bayes_planet.layers._compat import NOT_PORTED, NotPortedError
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from bayes_planet.testing import assert_reloads_in_a_fresh_process, run_python
 
 keras3_only = pytest.mark.skipif(
     not KERAS3, reason=f"needs Keras 3 (TF >= 2.16 without TF_USE_LEGACY_KERAS); this process "
     f"has TF {tf.__version__} with Keras 2 (the agent's stack)")
-
-
-def _run_python(code, env=None):
-    """Runs ``code`` in a fresh interpreter (this one) from the repository root; its last
-    stdout line, parsed as JSON."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                            text=True, cwd=ROOT, timeout=600, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 _WHICH_KERAS = """
@@ -62,7 +47,7 @@ def test_importing_bayes_planet_keeps_the_process_keras(legacy):
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     if legacy:
         env["TF_USE_LEGACY_KERAS"] = legacy
-    got = _run_python(_WHICH_KERAS, env)
+    got = run_python(_WHICH_KERAS, env)
     assert got["env_before"] == got["env"] == legacy
     assert got["ours_is_tf_keras"] and got["subclass"]
     expect_keras3 = TF_VERSION >= (2, 16) and not legacy
@@ -122,37 +107,6 @@ def _images(n, seed):
     return x, labels.astype("int32")
 
 
-_LOAD_AND_PREDICT = """
-    import json, os
-    import numpy as np
-    import bayes_planet.layers as bl
-    from bayes_planet._keras import KERAS3, keras
-    directory = {directory!r}
-    model = keras.models.load_model(os.path.join(directory, "model.keras"))
-    x = np.load(os.path.join(directory, "x.npy"))
-    with bl.posterior_mean(model):
-        np.save(os.path.join(directory, "reloaded.npy"), model(x).numpy())
-    print(json.dumps({{"keras3": KERAS3, "kl": float(sum(model.losses)),
-                      "env": os.environ.get("TF_USE_LEGACY_KERAS")}}))
-"""
-
-
-def _assert_reloads_in_a_fresh_process(model, x, directory):
-    """Saves ``model`` to ``.keras`` in ``directory``; a fresh Keras 3 process (without
-    TF_USE_LEGACY_KERAS) loads it with identical posterior-mean predictions on ``x`` and the
-    same KL."""
-    model.save(directory / "model.keras")
-    np.save(directory / "x.npy", x)
-    with bl.posterior_mean(model):
-        ours = model(x).numpy()
-    kl = float(sum(model.losses))
-    env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    fresh = _run_python(_LOAD_AND_PREDICT.format(directory=str(directory)), env)
-    assert fresh["keras3"] and fresh["env"] is None
-    np.testing.assert_array_equal(np.load(directory / "reloaded.npy"), ours)
-    assert fresh["kl"] == pytest.approx(kl, rel=1e-6)
-
-
 @keras3_only
 def test_fig4_cnn_trains_saves_and_reloads_in_a_fresh_process(tmp_path):
     """`keras.Sequential` of Conv2DFlipout/DenseFlipout: ``fit`` trains it with the KL in its
@@ -178,7 +132,7 @@ def test_fig4_cnn_trains_saves_and_reloads_in_a_fresh_process(tmp_path):
     kl = float(sum(model.losses))
     assert evaluated == pytest.approx(data + kl, rel=1e-5)
 
-    _assert_reloads_in_a_fresh_process(model, _images(16, seed=1)[0], tmp_path)
+    assert_reloads_in_a_fresh_process(model, _images(16, seed=1)[0], tmp_path)
 
 
 def _sequences(n, seed, length=8):
@@ -208,4 +162,4 @@ def test_rnn_of_a_bayesian_cell_trains_saves_and_reloads_in_a_fresh_process(cell
     with bl.posterior_mean(model):
         accuracy = np.mean(np.argmax(model(x).numpy(), -1) == y)
     assert accuracy > 0.85, accuracy  # chance: about 0.5
-    _assert_reloads_in_a_fresh_process(model, _sequences(16, seed=1)[0], tmp_path)
+    assert_reloads_in_a_fresh_process(model, _sequences(16, seed=1)[0], tmp_path)

@@ -499,18 +499,22 @@ def set_untracked(layer, name, value):
 
 def build_attention(layer, query_shape, value_shape, key_shape=None):
     """Builds the ``keras.layers.MultiHeadAttention`` ``layer`` (its projections included)
-    for inputs of these shapes now, as its first call would."""
+    for inputs of these shapes now, as its first call would; nothing if it is built (e.g. by
+    its ``from_config``, which Keras 2 builds from the shapes in its config)."""
     if KERAS3:
-        layer.build(tuple(query_shape), tuple(value_shape),
-                    None if key_shape is None else tuple(key_shape))
-    else:
+        if not layer.built:
+            layer.build(tuple(query_shape), tuple(value_shape),
+                        None if key_shape is None else tuple(key_shape))
+    elif not getattr(layer, "_built_from_signature", False):
         layer._build_from_signature(query_shape, value_shape, key_shape)  # noqa: SLF001
 
 
 def build_sublayer(layer, input_shape):
     """Builds ``layer``, a sublayer created in its parent's ``build``, for ``input_shape``
     with variables named under its own name (unique names, as HDF5 saving needs): Keras 3's
-    ``build`` opens the layer's name scope itself, Keras 2's does not."""
+    ``build`` opens the layer's name scope itself, Keras 2's does not. Nothing if it is built."""
+    if layer.built:
+        return
     if KERAS3:
         layer.build(input_shape)
     else:

@@ -44,7 +44,6 @@ from bayes_planet.layers.ensemble import (
     Rank1Factors,
     factor_initializer,
     factor_regularizer,
-    init_arguments,
     member_rows,
     point_initializer,
     sample_factor,
