@@ -71,10 +71,11 @@ def flat_plan(equation):
 class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
     """EinsumDense with a distribution over its kernel; subclasses set ``_estimator``.
 
-    Args: as `keras.layers.EinsumDense` (``equation``, ``output_shape``,
-      ``activation``, ``bias_axes``, ...), with Bayesian defaults
+    Args: as `keras.layers.EinsumDense` on the installed Keras, same order (``equation``,
+      ``output_shape``, ``activation``, ``bias_axes``, ...; Keras 3's LoRA and quantization
+      arguments only at their default, None), with Bayesian defaults
       ``kernel_initializer='trainable_normal'`` and
-      ``kernel_regularizer='normal_kl_divergence'``, plus ``seed``.
+      ``kernel_regularizer='normal_kl_divergence'``, plus the keyword-only ``seed``.
 
     Shapes: as the equation says; e.g. ``'abc,cde->abde'`` maps ``[B, T, C]`` to
     ``[B, T, D, E]``.
