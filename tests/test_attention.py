@@ -20,7 +20,7 @@ from bayes_planet.layers.attention import (
 )
 from bayes_planet.layers.initializers import TrainableNormal
 from bayes_planet.layers.transformer import PositionEmbedding, TransformerBlock, build_transformer
-from bayes_planet.testing import SelfAttention, run_layer_test
+from bayes_planet.testing import SelfAttention, run_layer_test, submodules
 
 MHAS = [layer_registry.get("multi_head_attention", e)  # every registered one
         for e in layer_registry.estimators("multi_head_attention")[1:]]
@@ -226,7 +226,7 @@ def test_transformer_kernel_regularizer_reaches_every_bayesian_sublayer():
     default = build_transformer(7, 5, 7, d_model=8, num_heads=2, ff_dim=16, num_layers=1, seed=0)
     from bayes_planet.layers.base import BayesianLayer
 
-    priors = [layer.kernel_regularizer for layer in model.submodules
+    priors = [layer.kernel_regularizer for layer in submodules(model)
               if isinstance(layer, BayesianLayer)]
     assert len(priors) == 12 and all(isinstance(p, ScaleMixtureKLDivergence) for p in priors)
     # One instance per sublayer (an attention layer's 4 projections share its own).
@@ -240,13 +240,20 @@ def test_transformer_kernel_regularizer_reaches_every_bayesian_sublayer():
 
 
 def test_transformer_save_round_trip(tmp_path):
+    """Same seeds and noise state after loading, and the same KL: what was set on the
+    block's sublayers after they were made (`set_dataset_size` on their priors) is saved."""
+    from bayes_planet.layers.regularizers import set_dataset_size
+
     model = build_transformer(7, 5, 7, d_model=8, num_heads=2, ff_dim=16, num_layers=1, seed=2)
     tokens = np.random.default_rng(0).integers(0, 7, (3, 5))
     model(tokens)
+    assert set_dataset_size(model, 100) > 0
     path = str(tmp_path / "t.keras")
     model.save(path)
     loaded = keras.models.load_model(path)
     np.testing.assert_allclose(model(tokens), loaded(tokens), atol=1e-6)  # same seeds/state
+    np.testing.assert_allclose(sum(float(v) for v in loaded.losses),
+                               sum(float(v) for v in model.losses), rtol=1e-6)
 
 
 STRATEGY_SCRIPT = textwrap.dedent("""

@@ -77,6 +77,10 @@ PROBES = {
     "reset_after": False, "equation": "ab,bc->ac", "output_shape": 4, "bias_axes": "c",
     "num_heads": 2, "key_dim": 3, "value_dim": 5, "attention_axes": None,
     "lora_rank": None, "lora_alpha": None, "quantization_config": None,
+    # Keras 3's EinsumDense (only its default: a Bayesian kernel is not quantized) and
+    # MultiHeadAttention (use_gate: a Bayesian gate projection too).
+    "gptq_unpacked_column_size": None, "sliding_window": 2, "flash_attention": None,
+    "use_gate": True,
 }
 # Per-layer probes: the ensemble layers' kernel is a point estimate (no posterior).
 LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
@@ -93,13 +97,19 @@ NOISELESS = (bl.DenseBatchEnsemble, bl.Conv2DBatchEnsemble, bl.Conv1DBatchEnsemb
 TWIN_SEEDED = (bl.MCDropout, bl.LSTMCellReparameterization, bl.LSTMCellFlipout,
                bl.GRUCellReparameterization, bl.GRUCellFlipout, bl.LSTMCellRank1,
                bl.GRUCellRank1)
+
+
+def _twin_seeded(ours, twin):
+    """Whether ``ours`` takes its ``seed`` in its twin's place: listed in TWIN_SEEDED, or the
+    twin takes one (Keras 3's MultiHeadAttention: its dropout's seed)."""
+    return ours in TWIN_SEEDED or "seed" in inspect.signature(twin.__init__).parameters
 # Keys whose Bayesian value is a distribution initializer / KL regularizer object that a
 # Keras twin cannot hold: compared by presence only.
 BAYESIAN_KEYS = {"kernel_initializer", "recurrent_initializer", "kernel_regularizer",
                  "recurrent_regularizer"}
 # MultiHeadAttention's output_shape is a shape; the probe for EinsumDense is an int.
 PAIR_PROBES = {keras.layers.MultiHeadAttention: {"output_shape": None, "dropout": 0.1,
-                                                 "softmax_robust_masking": False},
+                                                 "softmax_robust_masking": False, "seed": 3},
                keras.layers.Dropout: {"rate": 0.3, "noise_shape": None, "seed": 3},
                keras.layers.LSTMCell: {"seed": 3}, keras.layers.GRUCell: {"seed": 3}}
 
@@ -151,7 +161,7 @@ def test_signature_extends_the_keras_twin(ours, twin, shape):
     assert all(p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD)
                for p in extra), [(p.name, str(p.kind)) for p in extra]
     assert extra and extra[-1].kind is inspect.Parameter.VAR_KEYWORD  # **kwargs last
-    assert any(p.name == "seed" for p in extra) or ours in NOISELESS + TWIN_SEEDED
+    assert any(p.name == "seed" for p in extra) or ours in NOISELESS or _twin_seeded(ours, twin)
 
 
 def _positional_args(twin, ours=None):
@@ -167,7 +177,8 @@ def test_same_positional_arguments_build_the_same_layer(ours, twin, shape):
         "glorot_uniform" if p.name in ("kernel_initializer", "recurrent_initializer")
         else None if p.name in ("kernel_regularizer", "recurrent_regularizer") else a
         for p, a in zip(_params(twin), args, strict=False)]
-    ours_layer = ours(*args) if ours in NOISELESS + TWIN_SEEDED else ours(*args, seed=3)
+    seeded = ours in NOISELESS or _twin_seeded(ours, twin)
+    ours_layer = ours(*args) if seeded else ours(*args, seed=3)
     twin_layer = twin(*keras_args)
     mine, theirs = ours_layer.get_config(), twin_layer.get_config()
     for key, value in theirs.items():

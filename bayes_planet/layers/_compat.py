@@ -462,3 +462,130 @@ def shape_list(shape):
     """A layer's ``compute_output_shape`` result (a `tf.TensorShape` on Keras 2, a tuple on
     Keras 3) as a list."""
     return tf.TensorShape(shape).as_list()
+
+
+# attention (k3-attn) ------------------------------------------------------------------------
+# Keras 2's and Keras 3's ``EinsumDense`` and ``MultiHeadAttention`` take different parameter
+# lists (Keras 3's EinsumDense: no activity_regularizer before kernel_constraint, then LoRA and
+# quantization arguments; its MultiHeadAttention: sliding_window and flash_attention before
+# kernel_initializer, use_gate and seed after bias_constraint), and build differently (Keras
+# 2's attention in ``_build_from_signature``, Keras 3's in ``build(query_shape, value_shape,
+# key_shape)``). A Bayesian attention layer takes its twin's parameters on each stack
+# (`twin_arguments`) and is built by `build_attention`.
+
+#: ``(name, default)`` of parameters that a newer release of this Keras generation appends to
+#: ``MultiHeadAttention``'s: tf-keras >= 2.16's softmax_robust_masking (after bias_constraint).
+#: Keras 3 has no such parameter: there a Bayesian attention layer takes it by keyword only.
+ATTENTION_NEWER_PARAMETERS = () if KERAS3 else (("softmax_robust_masking", False),)
+
+#: Parameters of Keras 3's ``EinsumDense`` that rewrite its point-estimate kernel (LoRA,
+#: quantization): a Bayesian projection takes them in their place and only at their default.
+KERNEL_REWRITE_PARAMETERS = ("lora_rank", "lora_alpha", "gptq_unpacked_column_size",
+                             "quantization_config")
+
+
+def twin_signature(twin, defaults=None, newer=(), keyword_only=()):
+    """The signature of the ``__init__`` of a layer extending the Keras layer ``twin``: the
+    twin's own parameters on this Keras (same names, order and kinds; ``defaults`` replaces
+    some defaults), then the ``(name, default)`` pairs of ``newer`` the twin lacks here (by
+    position, where a newer Keras puts them), then those of ``keyword_only`` that neither
+    holds (keyword-only), then ``**kwargs``."""
+    defaults = dict(defaults or {})
+    params = list(inspect.signature(twin.__init__).parameters.values())
+    *own, var_keyword = params
+    if var_keyword.kind is not inspect.Parameter.VAR_KEYWORD:
+        raise TypeError(f"Expected a Keras layer whose __init__ ends in **kwargs. "
+                        f"Received: twin={twin.__name__}")
+    unknown = set(defaults) - {p.name for p in own}
+    if unknown:
+        raise TypeError(f"{twin.__name__} takes no parameter {sorted(unknown)}")
+    own = [p.replace(default=defaults[p.name]) if p.name in defaults else p for p in own]
+    names = {p.name for p in own}
+    for name, default in newer:
+        if name not in names:
+            names.add(name)
+            own.append(inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                         default=default))
+    for name, default in keyword_only:
+        if name not in names:
+            names.add(name)
+            own.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default))
+    return inspect.Signature([*own, var_keyword])
+
+
+def twin_arguments(twin, defaults=None, newer=(), keyword_only=(), only_default=()):
+    """Decorator of an ``__init__(self, **arguments)`` that takes the parameters of
+    `twin_signature` (its signature, as ``inspect`` and Keras read it): a call binds them
+    as the twin's own ``__init__`` would on this Keras and passes all of them by name (the
+    entries of ``**kwargs`` among them). A parameter named in ``only_default`` (the twin's
+    LoRA and quantization arguments, which rewrite a point-estimate kernel) that the twin
+    takes here must keep the twin's default: else a one-line ValueError naming it."""
+    signature = twin_signature(twin, defaults, newer, keyword_only)
+    twin_defaults = {p.name: p.default
+                     for p in inspect.signature(twin.__init__).parameters.values()}
+
+    def decorate(init):
+        @functools.wraps(init)
+        def __init__(self, *args, **kwargs):
+            bound = signature.bind(self, *args, **kwargs)
+            bound.apply_defaults()
+            arguments = dict(bound.arguments)
+            del arguments[next(iter(signature.parameters))]  # self
+            arguments.update(arguments.pop(var_keyword))
+            for name in only_default:
+                if name in twin_defaults and arguments.get(name) != twin_defaults[name]:
+                    raise ValueError(
+                        f"Expected {name}={twin_defaults[name]!r} (Keras' LoRA and quantization "
+                        f"do not apply to this layer's kernel). Received: "
+                        f"{name}={arguments[name]!r}")
+            init(self, **arguments)
+
+        var_keyword = list(signature.parameters)[-1]
+        __init__.__signature__ = signature
+        return __init__
+
+    return decorate
+
+
+@tf.__internal__.tracking.no_automatic_dependency_tracking
+def _set_untracked_keras2(layer, name, value):
+    setattr(layer, name, value)
+
+
+def set_untracked(layer, name, value):
+    """``layer.<name> = value`` for plain Python data (e.g. a config dict) that Keras must not
+    track: Keras 2 would wrap it for checkpointing, Keras 3 wraps a dict in a ``TrackedDict``
+    that refers back to the layer's tracker (so a deep copy of it copies the layer)."""
+    if KERAS3:
+        object.__setattr__(layer, name, value)
+    else:
+        _set_untracked_keras2(layer, name, value)
+
+
+def build_attention(layer, query_shape, value_shape, key_shape=None):
+    """Builds the ``keras.layers.MultiHeadAttention`` ``layer`` (its projections included)
+    for inputs of these shapes now, as its first call would; nothing if it is built (e.g. by
+    its ``from_config``, which Keras 2 builds from the shapes in its config)."""
+    if KERAS3:
+        if not layer.built:
+            layer.build(tuple(query_shape), tuple(value_shape),
+                        None if key_shape is None else tuple(key_shape))
+    elif not getattr(layer, "_built_from_signature", False):
+        layer._build_from_signature(query_shape, value_shape, key_shape)  # noqa: SLF001
+
+
+def build_sublayer(layer, input_shape):
+    """Builds ``layer``, a sublayer created in its parent's ``build``, for ``input_shape``
+    with variables named under its own name (unique names, as HDF5 saving needs): Keras 3's
+    ``build`` opens the layer's name scope itself, Keras 2's does not. Nothing if it is built."""
+    if layer.built:
+        return
+    if KERAS3:
+        layer.build(input_shape)
+    else:
+        with tf.name_scope(layer.name):
+            layer.build(input_shape)
+
+
+__all__ += ["ATTENTION_NEWER_PARAMETERS", "KERNEL_REWRITE_PARAMETERS", "build_attention", "build_sublayer", "set_untracked", "twin_arguments",
+            "twin_signature"]

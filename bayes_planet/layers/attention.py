@@ -39,6 +39,11 @@ __all__ = [
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
+#: The Bayesian defaults of the projections (and of the attention layers): a distribution
+#: over each kernel, its KL to the prior as the kernel's regularizer.
+BAYESIAN_DEFAULTS = {"kernel_initializer": "trainable_normal",
+                     "kernel_regularizer": "normal_kl_divergence"}
+
 
 def _split_equation(equation):
     inputs, output = equation.replace(" ", "").split("->")
@@ -63,14 +68,14 @@ def flat_plan(equation):
     return k, len(kernel_out)
 
 
-@_compat.keras2_only("attention layers")
 class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
     """EinsumDense with a distribution over its kernel; subclasses set ``_estimator``.
 
-    Args: as `keras.layers.EinsumDense` (``equation``, ``output_shape``,
-      ``activation``, ``bias_axes``, ...), with Bayesian defaults
+    Args: as `keras.layers.EinsumDense` on the installed Keras, same order (``equation``,
+      ``output_shape``, ``activation``, ``bias_axes``, ...; Keras 3's LoRA and quantization
+      arguments only at their default, None), with Bayesian defaults
       ``kernel_initializer='trainable_normal'`` and
-      ``kernel_regularizer='normal_kl_divergence'``, plus ``seed``.
+      ``kernel_regularizer='normal_kl_divergence'``, plus the keyword-only ``seed``.
 
     Shapes: as the equation says; e.g. ``'abc,cde->abde'`` maps ``[B, T, C]`` to
     ``[B, T, D, E]``.
@@ -78,23 +83,17 @@ class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
 
     _estimator = None
 
-    def __init__(self, equation, output_shape, activation=None, bias_axes=None,
-                 kernel_initializer="trainable_normal", bias_initializer="zeros",
-                 kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
-                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 *, seed=None, **kwargs):
+    @_compat.twin_arguments(
+        keras.layers.EinsumDense, defaults=BAYESIAN_DEFAULTS, keyword_only=(("seed", None),),
+        only_default=_compat.KERNEL_REWRITE_PARAMETERS)
+    def __init__(self, *, equation, kernel_initializer, bias_initializer, kernel_regularizer,
+                 bias_regularizer, seed, **kwargs):
         super().__init__(
             equation=equation,
-            output_shape=output_shape,
-            activation=activation,
-            bias_axes=bias_axes,
             kernel_initializer=initializers.get(kernel_initializer),
             bias_initializer=initializers.get(bias_initializer),
             kernel_regularizer=regularizers.get(kernel_regularizer),
             bias_regularizer=regularizers.get(bias_regularizer),
-            activity_regularizer=activity_regularizer,
-            kernel_constraint=kernel_constraint,
-            bias_constraint=bias_constraint,
             **kwargs,
         )
         self._init_seed(seed)
@@ -170,26 +169,34 @@ class EinsumDenseFlipout(_BayesianEinsumDense):
     _estimator = staticmethod(estimators.flipout)
 
 
-_SUBLAYERS = ("_query_dense", "_key_dense", "_value_dense", "_output_dense")
+#: The projections Keras' MultiHeadAttention creates as it builds (Keras 3's gate only with
+#: ``use_gate``): each becomes its Bayesian twin as it is set (`__setattr__`).
+_SUBLAYERS = ("_query_dense", "_key_dense", "_value_dense", "_gate_dense", "_output_dense")
 
-
+_KERAS_MHA_PARAMETERS = inspect.signature(keras.layers.MultiHeadAttention.__init__).parameters
 # tf-keras >= 2.16 added MultiHeadAttention(..., bias_constraint, softmax_robust_masking=False);
-# ours takes it in that position on every stack (an error where Keras lacks it and it is True).
-_KERAS_ROBUST_MASKING = "softmax_robust_masking" in inspect.signature(
-    keras.layers.MultiHeadAttention.__init__).parameters
+# ours takes it on every stack (`_compat.ATTENTION_NEWER_PARAMETERS`: in that position on Keras
+# 2, by keyword on Keras 3); an error where Keras lacks it and it is True.
+_KERAS_ROBUST_MASKING = "softmax_robust_masking" in _KERAS_MHA_PARAMETERS
+# Keras 3's MultiHeadAttention takes a ``seed`` (its dropout's): ours takes it in that place.
+_KERAS_SEEDED = "seed" in _KERAS_MHA_PARAMETERS
+
+#: What a Bayesian attention layer adds to its twin's parameters (where the twin lacks them).
+ATTENTION_KEYWORD_ONLY = (("softmax_robust_masking", False), ("seed", None))
 
 
-@_compat.keras2_only("attention layers")
 class BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
     """MultiHeadAttention with Bayesian projections; subclasses set ``_dense_cls``.
 
-    Args: as `keras.layers.MultiHeadAttention` (``num_heads``, ``key_dim``,
-      ``value_dim``, ``dropout``, ``use_bias``, ``output_shape``,
-      ``attention_axes``, ...), with Bayesian defaults
+    Args: as `keras.layers.MultiHeadAttention` on the installed Keras (same order:
+      ``num_heads``, ``key_dim``, ``value_dim``, ``dropout``, ``use_bias``,
+      ``output_shape``, ``attention_axes``, ...), with Bayesian defaults
       ``kernel_initializer='trainable_normal'`` and
       ``kernel_regularizer='normal_kl_divergence'`` (each projection gets a fresh
-      initializer built from this one), plus ``seed``: the projections' seeds are
-      derived from it and their names (None: random).
+      initializer built from this one), plus ``softmax_robust_masking`` (tf-keras >= 2.16's;
+      only False where Keras lacks it) and ``seed``: the projections' seeds are derived from
+      it and their names (None: random); Keras 3's ``MultiHeadAttention`` takes a ``seed``
+      (its dropout's) itself, and ours takes it in that place.
 
     Call, masks and shapes: as `keras.layers.MultiHeadAttention`, e.g.
       ``layer(query [B, T, E], value [B, S, E])`` returns ``[B, T, E]``.
@@ -197,69 +204,69 @@ class BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
 
     _dense_cls = None
 
-    def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True,
-                 output_shape=None, attention_axes=None,
-                 kernel_initializer="trainable_normal", bias_initializer="zeros",
-                 kernel_regularizer="normal_kl_divergence", bias_regularizer=None,
-                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 softmax_robust_masking=False, *, seed=None, **kwargs):
+    @_compat.twin_arguments(keras.layers.MultiHeadAttention, defaults=BAYESIAN_DEFAULTS,
+                            newer=_compat.ATTENTION_NEWER_PARAMETERS,
+                            keyword_only=ATTENTION_KEYWORD_ONLY)
+    def __init__(self, *, kernel_initializer, bias_initializer, kernel_regularizer,
+                 bias_regularizer, softmax_robust_masking, seed, **kwargs):
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
             raise ValueError(f"Expected a non-negative integer or None. Received: seed={seed!r}")
         if _KERAS_ROBUST_MASKING:
             kwargs["softmax_robust_masking"] = softmax_robust_masking
         elif softmax_robust_masking:
-            raise ValueError("softmax_robust_masking=True needs tf-keras >= 2.16 (this is "
-                             f"TensorFlow {tf.__version__}'s Keras). "
+            raise ValueError("softmax_robust_masking=True needs tf-keras >= 2.16 (this Keras' "
+                             "MultiHeadAttention has no such argument). "
                              "Received: softmax_robust_masking=True")
+        if _KERAS_SEEDED:
+            kwargs["seed"] = seed
         # Keras builds its (replaced) sublayers from plain initializers; ours are kept
         # as configs so each projection gets a fresh distribution initializer.
-        super().__init__(
-            num_heads=num_heads, key_dim=key_dim, value_dim=value_dim, dropout=dropout,
-            use_bias=use_bias, output_shape=output_shape, attention_axes=attention_axes,
-            kernel_regularizer=regularizers.get(kernel_regularizer),
-            bias_regularizer=regularizers.get(bias_regularizer),
-            activity_regularizer=activity_regularizer, kernel_constraint=kernel_constraint,
-            bias_constraint=bias_constraint, **kwargs,
-        )
+        super().__init__(kernel_regularizer=regularizers.get(kernel_regularizer),
+                         bias_regularizer=regularizers.get(bias_regularizer), **kwargs)
         self.seed = seed
         self._store_init_configs(kernel_initializer, bias_initializer)
 
-    @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _store_init_configs(self, kernel_initializer, bias_initializer):
-        self._kernel_init_config = initializers.serialize(initializers.get(kernel_initializer))
-        self._bias_init_config = initializers.serialize(initializers.get(bias_initializer))
+        for name, value in (("_kernel_init_config", kernel_initializer),
+                            ("_bias_init_config", bias_initializer)):
+            _compat.set_untracked(self, name, initializers.serialize(initializers.get(value)))
 
     def _sublayer_seed(self, name):
         if self.seed is None:
             return None
         return zlib.crc32(f"{self.seed}/{name}".encode()) % (2**31 - 1)
 
-    def _build_from_signature(self, query, value, key=None):
-        super()._build_from_signature(query, value, key)
-        # Swap each Keras EinsumDense (not yet built) for its Bayesian twin.
-        for attr in _SUBLAYERS:
-            dense = getattr(self, attr)
-            config = dense.get_config()
-            delattr(self, attr)
-            setattr(self, attr, self._dense_cls(
-                equation=config["equation"],
-                output_shape=config["output_shape"],
-                bias_axes=config["bias_axes"],
-                activation=config["activation"],
-                kernel_initializer=initializers.for_weight(
-                    copy.deepcopy(self._kernel_init_config), f"{attr}/kernel"),
-                bias_initializer=initializers.for_weight(
-                    copy.deepcopy(self._bias_init_config), f"{attr}/bias"),
-                kernel_regularizer=self._kernel_regularizer,
-                bias_regularizer=self._bias_regularizer,
-                activity_regularizer=self._activity_regularizer,
-                kernel_constraint=self._kernel_constraint,
-                bias_constraint=self._bias_constraint,
-                dtype=self._dtype_policy,
-                name=config["name"],
-                seed=self._sublayer_seed(config["name"]),
-                **self._sublayer_kwargs(attr),
-            ))
+    def __setattr__(self, name, value):
+        # Keras' build sets each projection to a new (unbuilt) Keras EinsumDense, then
+        # builds it (Keras 3) or lets its first call build it (Keras 2): it gets the
+        # Bayesian twin instead, on both.
+        if (name in _SUBLAYERS and isinstance(value, keras.layers.EinsumDense)
+                and not isinstance(value, self._dense_cls)):
+            value = self._bayesian_projection(name, value)
+        super().__setattr__(name, value)
+
+    def _bayesian_projection(self, attr, dense):
+        """The Bayesian twin of Keras' projection ``dense`` (set as ``attr``)."""
+        config = dense.get_config()
+        return self._dense_cls(
+            equation=config["equation"],
+            output_shape=config["output_shape"],
+            bias_axes=config["bias_axes"],
+            activation=config["activation"],
+            kernel_initializer=initializers.for_weight(
+                copy.deepcopy(self._kernel_init_config), f"{attr}/kernel"),
+            bias_initializer=initializers.for_weight(
+                copy.deepcopy(self._bias_init_config), f"{attr}/bias"),
+            kernel_regularizer=self._kernel_regularizer,
+            bias_regularizer=self._bias_regularizer,
+            activity_regularizer=self._activity_regularizer,
+            kernel_constraint=self._kernel_constraint,
+            bias_constraint=self._bias_constraint,
+            dtype=self.dtype_policy,
+            name=config["name"],
+            seed=self._sublayer_seed(config["name"]),
+            **self._sublayer_kwargs(attr),
+        )
 
     def _sublayer_kwargs(self, attr):
         """Further constructor arguments of the projection ``attr`` (subclasses' hook)."""

@@ -31,7 +31,11 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, initializers, regularizers
-from bayes_planet.layers.attention import BayesianMultiHeadAttention, flat_plan
+from bayes_planet.layers.attention import (
+    ATTENTION_KEYWORD_ONLY,
+    BayesianMultiHeadAttention,
+    flat_plan,
+)
 from bayes_planet.layers.base import check_positive_int, split_seed
 from bayes_planet.layers.ensemble import (
     ENSEMBLE_SIZE,
@@ -40,7 +44,6 @@ from bayes_planet.layers.ensemble import (
     Rank1Factors,
     factor_initializer,
     factor_regularizer,
-    init_arguments,
     member_rows,
     point_initializer,
     sample_factor,
@@ -50,8 +53,14 @@ __all__ = ["EinsumDenseRank1", "MultiHeadAttentionRank1"]
 
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
+#: The keyword-only arguments both rank-1 attention layers add (after their twin's), with
+#: their defaults.
+RANK1_KEYWORD_ONLY = (
+    ("ensemble_size", ENSEMBLE_SIZE), ("alpha_initializer", RANK1_POSTERIOR),
+    ("gamma_initializer", RANK1_POSTERIOR), ("alpha_regularizer", RANK1_PRIOR),
+    ("gamma_regularizer", RANK1_PRIOR), ("use_additive_perturbation", False), ("seed", None))
 
-@_compat.keras2_only("attention layers")
+
 @_register
 class EinsumDenseRank1(Rank1Factors, keras.layers.EinsumDense):
     """Rank-1 Bayesian `keras.layers.EinsumDense` (see the module docstring).
@@ -70,16 +79,11 @@ class EinsumDenseRank1(Rank1Factors, keras.layers.EinsumDense):
     ``'abc,cde->abde'`` maps ``[E·b, T, C]`` to ``[E·b, T, D, E']``.
     """
 
-    def __init__(self, equation, output_shape, activation=None, bias_axes=None,
-                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
-                 kernel_regularizer=None, bias_regularizer=None, activity_regularizer=None,
-                 kernel_constraint=None, bias_constraint=None, *, ensemble_size=ENSEMBLE_SIZE,
-                 alpha_initializer=RANK1_POSTERIOR,
-                 gamma_initializer=RANK1_POSTERIOR,
-                 alpha_regularizer=RANK1_PRIOR,
-                 gamma_regularizer=RANK1_PRIOR,
-                 use_additive_perturbation=False, seed=None, **kwargs):
-        super().__init__(**init_arguments(locals()))
+    @_compat.twin_arguments(
+        keras.layers.EinsumDense, keyword_only=RANK1_KEYWORD_ONLY,
+        only_default=_compat.KERNEL_REWRITE_PARAMETERS)
+    def __init__(self, *, equation, **kwargs):
+        super().__init__(equation=equation, **kwargs)
         self._plan = flat_plan(equation)
         if self._plan is None:
             raise ValueError(
@@ -87,10 +91,11 @@ class EinsumDenseRank1(Rank1Factors, keras.layers.EinsumDense):
                 "with the leading kernel axes and appends the remaining kernel axes (e.g. "
                 f"'abc,cde->abde'). Received: equation={equation!r}")
 
-    def add_weight(self, name=None, shape=None, *args, **kwargs):
-        if name == "bias":  # Keras' build asks for one bias: one per member.
-            shape = (self.ensemble_size, *shape)
-        return super().add_weight(name, shape, *args, **kwargs)
+    def add_weight(self, *args, **kwargs):
+        arguments = _compat.add_weight_arguments(args, kwargs)
+        if arguments.get("name") == "bias":  # Keras' build asks for one bias: one per member.
+            arguments["shape"] = (self.ensemble_size, *arguments["shape"])
+        return super().add_weight(**arguments)
 
     def build(self, input_shape):
         input_shape = tf.TensorShape(input_shape)
@@ -156,33 +161,26 @@ class MultiHeadAttentionRank1(BayesianMultiHeadAttention):
 
     _dense_cls = EinsumDenseRank1
 
-    def __init__(self, num_heads, key_dim, value_dim=None, dropout=0.0, use_bias=True,
-                 output_shape=None, attention_axes=None, kernel_initializer="glorot_uniform",
-                 bias_initializer="zeros", kernel_regularizer=None, bias_regularizer=None,
-                 activity_regularizer=None, kernel_constraint=None, bias_constraint=None,
-                 softmax_robust_masking=False, *, ensemble_size=ENSEMBLE_SIZE,
-                 alpha_initializer=RANK1_POSTERIOR,
-                 gamma_initializer=RANK1_POSTERIOR,
-                 alpha_regularizer=RANK1_PRIOR,
-                 gamma_regularizer=RANK1_PRIOR,
-                 use_additive_perturbation=False, seed=None, **kwargs):
+    @_compat.twin_arguments(keras.layers.MultiHeadAttention,
+                            defaults={"kernel_initializer": "glorot_uniform"},
+                            newer=_compat.ATTENTION_NEWER_PARAMETERS,
+                            keyword_only=ATTENTION_KEYWORD_ONLY[:-1] + RANK1_KEYWORD_ONLY)
+    def __init__(self, *, kernel_initializer, bias_initializer, ensemble_size,
+                 alpha_initializer, gamma_initializer, alpha_regularizer, gamma_regularizer,
+                 use_additive_perturbation, **kwargs):
         super().__init__(
-            num_heads, key_dim, value_dim, dropout, use_bias, output_shape, attention_axes,
-            point_initializer("kernel_initializer", kernel_initializer),
-            point_initializer("bias_initializer", bias_initializer), kernel_regularizer,
-            bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint,
-            softmax_robust_masking, seed=seed, **kwargs)
+            kernel_initializer=point_initializer("kernel_initializer", kernel_initializer),
+            bias_initializer=point_initializer("bias_initializer", bias_initializer), **kwargs)
         self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
         self.alpha_regularizer = factor_regularizer("alpha_regularizer", alpha_regularizer)
         self.gamma_regularizer = factor_regularizer("gamma_regularizer", gamma_regularizer)
         self.use_additive_perturbation = bool(use_additive_perturbation)
         self._store_factor_configs(alpha_initializer, gamma_initializer)
 
-    @tf.__internal__.tracking.no_automatic_dependency_tracking
     def _store_factor_configs(self, alpha_initializer, gamma_initializer):
-        self._factor_init_configs = {
+        _compat.set_untracked(self, "_factor_init_configs", {
             name: initializers.serialize(factor_initializer(f"{name}_initializer", value))
-            for name, value in (("alpha", alpha_initializer), ("gamma", gamma_initializer))}
+            for name, value in (("alpha", alpha_initializer), ("gamma", gamma_initializer))})
 
     def _sublayer_kwargs(self, attr):
         kwargs = {f"{name}_initializer": initializers.for_weight(copy.deepcopy(config),

@@ -51,11 +51,14 @@ def _choice(name, value, family):
     return value
 
 
+#: The sublayers whose configs a built block's config holds (those with priors and seeds).
+_CONFIGURED_SUBLAYERS = ("attention_layer", "ff_in", "ff_out")
+
+
 def _sub_seed(seed, name):
     return None if seed is None else zlib.crc32(f"{seed}/{name}".encode()) % (2**31 - 1)
 
 
-@_compat.keras2_only("attention layers")
 @_register
 class TransformerBlock(keras.layers.Layer):
     """Self-attention + feed-forward block with residuals and layer norm (post-norm).
@@ -117,6 +120,7 @@ class TransformerBlock(keras.layers.Layer):
                     f"(e.g. 'rank1'). Received: ensemble_size={ensemble_size}, "
                     f"attention={attention!r}, feed_forward={feed_forward!r}")
         self.supports_masking = True
+        _compat.set_untracked(self, "_sublayer_configs", None)  # `from_config` sets them
 
     def _prior(self):
         """``{'kernel_regularizer': fresh instance}``, or ``{}`` for the layers' default."""
@@ -141,17 +145,25 @@ class TransformerBlock(keras.layers.Layer):
             kwargs["seed"] = _sub_seed(self.seed, name)
         return cls, kwargs
 
+    def _make(self, attr, cls, *args, **kwargs):
+        """The sublayer ``attr``: ``cls(*args, **kwargs)``, or, for a block loaded from a
+        config, ``cls`` from that sublayer's saved config."""
+        saved = (self._sublayer_configs or {}).get(attr)
+        if saved is not None:
+            return cls.from_config(copy.deepcopy(saved))
+        return cls(*args, **kwargs)
+
     def build(self, input_shape):
         d_model = int(input_shape[-1])
         att_cls, att_kwargs = self._sublayer(self.attention, ATTENTION_FAMILY, "attention")
-        self.attention_layer = att_cls(
-            num_heads=self.num_heads, key_dim=self.key_dim, dropout=self.dropout,
-            dtype=self.dtype_policy, name="attention", **att_kwargs)
+        self.attention_layer = self._make(
+            "attention_layer", att_cls, num_heads=self.num_heads, key_dim=self.key_dim,
+            dropout=self.dropout, dtype=self.dtype_policy, name="attention", **att_kwargs)
 
         def dense(units, name, activation=None):
             cls, kwargs = self._sublayer(self.feed_forward, FEED_FORWARD_FAMILY, name)
-            return cls(units, activation=activation, dtype=self.dtype_policy, name=name,
-                       **kwargs)
+            return self._make(name, cls, units, activation=activation,
+                              dtype=self.dtype_policy, name=name, **kwargs)
 
         self.ff_in = dense(self.ff_dim, "ff_in", self.activation)
         self.ff_out = dense(d_model, "ff_out")
@@ -160,14 +172,11 @@ class TransformerBlock(keras.layers.Layer):
         self.norm_ff = keras.layers.LayerNormalization(
             epsilon=1e-6, dtype=self.dtype_policy, name="norm_ff")
         self.drop = keras.layers.Dropout(self.dropout, dtype=self.dtype_policy)
-        shape = tf.TensorShape(input_shape)
-        self.attention_layer._build_from_signature(shape, shape)
-        # Build under each sublayer's name scope: unique variable names (HDF5 saving).
-        for layer, layer_shape in ((self.ff_in, shape),
-                                   (self.ff_out, shape[:-1].concatenate([self.ff_dim])),
+        shape = tuple(tf.TensorShape(input_shape).as_list())
+        _compat.build_attention(self.attention_layer, shape, shape)
+        for layer, layer_shape in ((self.ff_in, shape), (self.ff_out, (*shape[:-1], self.ff_dim)),
                                    (self.norm_attention, shape), (self.norm_ff, shape)):
-            with tf.name_scope(layer.name):
-                layer.build(layer_shape)
+            _compat.build_sublayer(layer, layer_shape)
         super().build(input_shape)
 
     def call(self, inputs, mask=None, training=None):
@@ -193,10 +202,24 @@ class TransformerBlock(keras.layers.Layer):
             seed=self.seed, kernel_regularizer=copy.deepcopy(self.kernel_regularizer),
             ensemble_size=self.ensemble_size,
         )
+        # The sublayers' own configs: what was set on them after they were made (e.g.
+        # `set_dataset_size` on their priors) is loaded with them.
+        if self.built:
+            config["sublayers"] = {attr: getattr(self, attr).get_config()
+                                   for attr in _CONFIGURED_SUBLAYERS}
+        elif self._sublayer_configs is not None:  # loaded from a config, not built yet
+            config["sublayers"] = copy.deepcopy(self._sublayer_configs)
         return config
 
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        sublayers = config.pop("sublayers", None)
+        block = super().from_config(config)
+        _compat.set_untracked(block, "_sublayer_configs", copy.deepcopy(sublayers))
+        return block
 
-@_compat.keras2_only("attention layers")
+
 @_register
 class PositionEmbedding(keras.layers.Layer):
     """Adds a learned position embedding: ``x[:, t] + P[t]`` for ``t < max_length``.
