@@ -22,20 +22,24 @@ from bayes_planet._keras import KERAS3, keras, tf
 from bayes_planet.layers.random_variable import RandomVariable
 
 __all__ = [
+    "ATTENTION_NEWER_PARAMETERS",
     "KERAS3",
-    "LayerState",
+    "KERNEL_REWRITE_PARAMETERS",
     "NOT_PORTED",
     "NO_AUTOCAST",
-    "NotPortedError",
     "ONLY_FIRST_REPLICA",
+    "SEED_COUNTER_KWARGS",
+    "LayerState",
+    "NotPortedError",
     "PosteriorLoss",
     "RandomVariableInputs",
     "RandomVariableOutputs",
     "RecurrentCell",
-    "SEED_COUNTER_KWARGS",
     "add_weight_arguments",
     "add_weight_loss",
     "build",
+    "build_attention",
+    "build_sublayer",
     "channels_first",
     "conv_input_and_op",
     "increment",
@@ -45,9 +49,12 @@ __all__ = [
     "name_scope",
     "not_ported_family",
     "random_variable_loss",
+    "set_untracked",
     "shape_list",
     "submodules",
     "tf_variable",
+    "twin_arguments",
+    "twin_signature",
     "variable_name",
     "weight_losses",
 ]
@@ -585,7 +592,3 @@ def build_sublayer(layer, input_shape):
     else:
         with tf.name_scope(layer.name):
             layer.build(input_shape)
-
-
-__all__ += ["ATTENTION_NEWER_PARAMETERS", "KERNEL_REWRITE_PARAMETERS", "build_attention", "build_sublayer", "set_untracked", "twin_arguments",
-            "twin_signature"]
