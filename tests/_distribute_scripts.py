@@ -329,8 +329,10 @@ def _wrappers():
             import tensorflow_probability as tfp
 
             from bayes_planet.layers import RandomVariable
-            base = RandomVariable(tfp.distributions.Normal(tf.zeros_like(x), 1.0))
-            return -self.flow(base).distribution.log_prob(x)
+            out = RandomVariable(tfp.distributions.Normal(tf.zeros_like(x), 1.0))
+            for layer in self.flow.layers:  # the composition (a Keras 3 model would convert
+                out = layer(out)  # a RandomVariable input to its value: flows.py)
+            return -out.distribution.log_prob(x)
 
     return ToTensor, SelfAttention, FlowNLL
 
