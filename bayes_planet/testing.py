@@ -16,7 +16,11 @@ import inspect
 import itertools
 import json
 import os
+import pathlib
+import subprocess
+import sys
 import tempfile
+import textwrap
 import warnings
 
 import numpy as np
@@ -34,7 +38,7 @@ from bayes_planet.layers.initializers import TrainableRandomSignNormal
 __all__ = ["CellRNN", "SelfAttention", "check_batch_checked_at_run_time",
            "check_distinct_initial_weights", "check_gradients", "check_mixed_precision_fit",
            "factor_means", "global_policy", "normal_array", "normal_kl", "not_ported_family",
-           "run_layer_test", "save_saved_model", "submodules", "to_tensor", "weight_losses",
+           "run_in_fresh_process", "run_layer_test", "save_saved_model", "submodules", "to_tensor", "weight_losses",
            "wide_factors"]
 
 
@@ -376,3 +380,18 @@ def check_batch_checked_at_run_time(layer, shape, ensemble_size):
     else:
         raise AssertionError("a batch not divisible by ensemble_size ran")
     return out
+
+
+#: The directory that holds this ``bayes_planet`` package: a fresh process started there
+#: imports the same code (a source checkout's root).
+_PACKAGE_PARENT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def run_in_fresh_process(code, env=None, timeout=600):
+    """Runs ``code`` (dedented) in a fresh interpreter (this one, started in the directory that
+    holds this package, with environment ``env``: None inherits this one); returns its last
+    stdout line parsed as JSON. A failing run fails with its stderr's tail."""
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                            text=True, cwd=_PACKAGE_PARENT, timeout=timeout, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])

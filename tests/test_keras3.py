@@ -5,13 +5,8 @@ The Keras 3 tests skip on TF 2.15, whose ``tf.keras`` is Keras 2 (the agent's st
 rest of the suite is the Keras 2 test.
 """
 
-import json
 import os
-import pathlib
 import re
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -20,21 +15,11 @@ import tensorflow as tf
 import bayes_planet.layers as bl
 from bayes_planet._keras import KERAS3, TF_VERSION, keras
 from bayes_planet.layers._compat import NOT_PORTED, NotPortedError
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from bayes_planet.testing import run_in_fresh_process
 
 keras3_only = pytest.mark.skipif(
     not KERAS3, reason=f"needs Keras 3 (TF >= 2.16 without TF_USE_LEGACY_KERAS); this process "
     f"has TF {tf.__version__} with Keras 2 (the agent's stack)")
-
-
-def _run_python(code, env=None):
-    """Runs ``code`` in a fresh interpreter (this one) from the repository root; its last
-    stdout line, parsed as JSON."""
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                            text=True, cwd=ROOT, timeout=600, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 _WHICH_KERAS = """
@@ -62,7 +47,7 @@ def test_importing_bayes_planet_keeps_the_process_keras(legacy):
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
     if legacy:
         env["TF_USE_LEGACY_KERAS"] = legacy
-    got = _run_python(_WHICH_KERAS, env)
+    got = run_in_fresh_process(_WHICH_KERAS, env)
     assert got["env_before"] == got["env"] == legacy
     assert got["ours_is_tf_keras"] and got["subclass"]
     expect_keras3 = TF_VERSION >= (2, 16) and not legacy
@@ -147,7 +132,7 @@ def _assert_reloads_in_a_fresh_process(model, x, directory):
         ours = model(x).numpy()
     kl = float(sum(model.losses))
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    fresh = _run_python(_LOAD_AND_PREDICT.format(directory=str(directory)), env)
+    fresh = run_in_fresh_process(_LOAD_AND_PREDICT.format(directory=str(directory)), env)
     assert fresh["keras3"] and fresh["env"] is None
     np.testing.assert_array_equal(np.load(directory / "reloaded.npy"), ours)
     assert fresh["kl"] == pytest.approx(kl, rel=1e-6)
