@@ -108,7 +108,7 @@ def _case_table():
     from bayes_planet._keras import keras
 
     def flow_nll(*flows):
-        return lambda: [_FlowNLL(keras.Sequential([f() for f in flows]))]
+        return lambda: [_FlowNLL([f() for f in flows])]
 
     cases = {
         # dense
@@ -318,19 +318,23 @@ def _wrappers():
             return self.attention(x, x)
 
     class FlowNLL(keras.layers.Layer):
-        """Per-example ``-log p(x)`` of data under ``flow(N(0, I))``."""
+        """Per-example ``-log p(x)`` of data under ``N(0, I)`` through the generative
+        ``flows`` in turn (not a Keras model of them: a Keras 3 model would convert a
+        RandomVariable input to its value, flows.py)."""
 
-        def __init__(self, flow, **kwargs):
+        def __init__(self, flows, **kwargs):
             super().__init__(**kwargs)
-            self.flow = flow
+            self.flows = list(flows)
 
         def call(self, x):
             import tensorflow as tf
             import tensorflow_probability as tfp
 
             from bayes_planet.layers import RandomVariable
-            base = RandomVariable(tfp.distributions.Normal(tf.zeros_like(x), 1.0))
-            return -self.flow(base).distribution.log_prob(x)
+            out = RandomVariable(tfp.distributions.Normal(tf.zeros_like(x), 1.0))
+            for layer in self.flows:
+                out = layer(out)
+            return -out.distribution.log_prob(x)
 
     return ToTensor, SelfAttention, FlowNLL
 
@@ -343,8 +347,8 @@ def _SelfAttention(attention):  # noqa: N802
     return _wrappers()[1](attention)
 
 
-def _FlowNLL(flow):  # noqa: N802
-    return _wrappers()[2](flow)
+def _FlowNLL(flows):  # noqa: N802
+    return _wrappers()[2](flows)
 
 
 def _loss_fn(kind):

@@ -39,6 +39,7 @@ __all__ = [
     "add_weight_loss",
     "build",
     "build_attention",
+    "build_in_train_step",
     "build_sublayer",
     "channels_first",
     "conv_input_and_op",
@@ -46,6 +47,7 @@ __all__ = [
     "is_variable",
     "keras2_only",
     "kernel_replaced",
+    "minimize",
     "name_scope",
     "not_ported_family",
     "random_variable_loss",
@@ -53,9 +55,11 @@ __all__ = [
     "shape_list",
     "submodules",
     "tf_variable",
+    "tracked_loss",
     "twin_arguments",
     "twin_signature",
     "variable_name",
+    "variables_writable",
     "weight_losses",
 ]
 
@@ -592,3 +596,56 @@ def build_sublayer(layer, input_shape):
     else:
         with tf.name_scope(layer.name):
             layer.build(input_shape)
+
+
+# flows / ensembles (k3-flows)
+
+def variables_writable():
+    """Whether an assignment to a layer variable takes effect now: False while Keras 3 traces a
+    call symbolically (``compute_output_spec`` of a functional model's construction) or runs it
+    statelessly, where assignments are only recorded (a data-dependent initialization waits
+    for a real batch). Always True on Keras 2."""
+    if not KERAS3:
+        return True
+    from keras.src.backend.common.stateless_scope import in_stateless_scope  # no public API
+
+    return not in_stateless_scope()
+
+
+def tracked_loss(model, y, y_pred, sample_weight, regularization_losses=()):
+    """The loss ``model`` was compiled with, of ``y_pred`` against ``y``, plus the sum of
+    ``regularization_losses``, for a custom ``train_step``; also counted in the model's ``loss``
+    metric (weighted by the batch size), so that a step summing several such losses reports
+    their mean. Keras 2's ``compiled_loss`` does exactly this; Keras 3's ``compute_loss`` always
+    adds all of ``model.losses`` and counts nothing (its ``train_step`` counts the loss)."""
+    if not KERAS3:
+        return model.compiled_loss(y, y_pred, sample_weight,
+                                   regularization_losses=list(regularization_losses))
+    loss = model._compile_loss(y, y_pred, sample_weight)  # noqa: SLF001 - Keras 3's compiled loss
+    loss = tf.add_n([loss] + [tf.cast(r, loss.dtype) for r in regularization_losses])
+    rows = tf.nest.flatten(y if y is not None else y_pred)[0]
+    model._loss_tracker.update_state(  # noqa: SLF001 - Keras 3's `loss` metric
+        loss, sample_weight=tf.shape(tf.convert_to_tensor(rows))[0])
+    return loss
+
+
+def minimize(model, loss, tape):
+    """One step of ``model.optimizer`` on ``loss``, recorded by ``tape`` (still open to
+    recording), over ``model.trainable_variables``; with a loss-scale optimizer (mixed
+    precision) the loss is scaled and the gradients unscaled, as each Keras does in ``fit``."""
+    if not KERAS3:
+        model.optimizer.minimize(loss, model.trainable_variables, tape=tape)
+        return
+    with tape:
+        loss = model.optimizer.scale_loss(loss)
+    variables = model.trainable_variables
+    model.optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables, strict=True))
+
+
+def build_in_train_step(model, x):
+    """Builds ``model`` for the inputs ``x`` of a custom ``train_step`` that does not call the
+    model itself. Keras 3 saves a model's build shape only once it is built, and a loaded
+    model that is not built gets back neither its build nor its optimizer's variables;
+    Keras 2 saves the model's variables in either case: nothing to do."""
+    if KERAS3 and not model.built:
+        model.build(tf.nest.map_structure(lambda t: tuple(t.shape), x))

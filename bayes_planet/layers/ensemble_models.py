@@ -238,7 +238,6 @@ def _check_model(name, model, output):
     return model
 
 
-@_compat.keras2_only("ensemble models (EnsembleModel, MonteCarloModel, DeepEnsemble, MCDropout)")
 class _Ensemble(BayesianLayer, keras.Model):
     """Base: ``_members(x, training)`` (a list of per-member outputs) -> their predictive."""
 
@@ -287,10 +286,11 @@ class _Tiled(_Ensemble):
 
     def train_step(self, data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        _compat.build_in_train_step(self, x)
         with tf.GradientTape() as tape:
             y_pred, y, sample_weight = self._training_batch(x, y, sample_weight)
-            loss = self.compute_loss(x, y, y_pred, sample_weight)
-        self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
+            loss = _compat.tracked_loss(self, y, y_pred, sample_weight, self.losses)
+        _compat.minimize(self, loss, tape)
         return self.compute_metrics(x, y, y_pred, sample_weight)
 
     @classmethod
@@ -370,7 +370,6 @@ class MonteCarloModel(_Tiled):
         return config
 
 
-@_compat.keras2_only("ensemble models (EnsembleModel, MonteCarloModel, DeepEnsemble, MCDropout)")
 @_register
 class MCDropout(BayesianLayer, keras.layers.Dropout):
     """Dropout that is on in training and at inference: Monte Carlo dropout's layer.
@@ -397,8 +396,10 @@ class MCDropout(BayesianLayer, keras.layers.Dropout):
         x = tf.convert_to_tensor(inputs)
         if self.rate == 0:
             return tf.identity(x)
-        shape = self._get_noise_shape(x)
-        shape = tf.shape(x) if shape is None else shape
+        shape = tf.shape(x)
+        if self.noise_shape is not None:  # None entries: the input's size (as Keras)
+            shape = tf.stack([shape[i] if size is None else size
+                              for i, size in enumerate(self.noise_shape)])
         uniform = per_example(lambda s, sd: tf.random.stateless_uniform(s, sd), shape,
                               self._next_seed())
         scale = 1.0 / (1.0 - self.rate) if self.rate < 1 else 0.0
@@ -492,15 +493,16 @@ class DeepEnsemble(_Ensemble):
         """Each member's own loss (its data loss plus its regularization losses) on the
         batch; the ``loss`` metric averages them, the gradient is of their sum."""
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        _compat.build_in_train_step(self, x)
         with tf.GradientTape() as tape:
             outputs = self._members(x, training=True)
             loss = tf.add_n([
-                self.compiled_loss(y, out, sample_weight, regularization_losses=member.losses)
+                _compat.tracked_loss(self, y, out, sample_weight, member.losses)
                 for member, out in zip(self.members, outputs, strict=True)])
-        self.optimizer.minimize(loss, self.trainable_variables, tape=tape)
+        _compat.minimize(self, loss, tape)
         for out in outputs:
-            self.compiled_metrics.update_state(y, out, sample_weight)
-        return self.get_metrics_result()
+            metrics = self.compute_metrics(x, y, out, sample_weight)
+        return metrics
 
     def get_config(self):
         config = super().get_config()

@@ -15,6 +15,11 @@ composition, so Fig. 7 of the paper reads::
     base = RandomVariable(tfd.Normal(tf.zeros([batch, d]), 1.0))
     loss = -tf.reduce_mean(flow(base).distribution.log_prob(features))
 
+On Keras 3 a model converts its inputs to tensors, so a ``keras.Sequential`` of flows called
+on a `RandomVariable` returns the forward transform of its value; call the layers in turn
+(``for layer in flow.layers: rv = layer(rv)``) for the transformed distribution. A layer
+called directly keeps the random variable on either Keras.
+
 Direction convention: ``call`` maps base noise to data (the generative direction,
 as in Fig. 7); ``log_prob`` on data runs ``reverse``. `Reverse(layer)` flips it.
 Any object with ``reverse`` and ``log_det_jacobian`` (e.g. `RevNetBlock`) can be
@@ -132,8 +137,8 @@ def transform_random_variable(layer, inputs):
     return RandomVariable(dist, value=lambda: _forward(layer, tf.convert_to_tensor(inputs)))
 
 
-@_compat.keras2_only("flows and reversible layers")
-class ReversibleLayer(keras.layers.Layer):
+class ReversibleLayer(_compat.RandomVariableInputs, _compat.RandomVariableOutputs,
+                      keras.layers.Layer):
     """Base class of flows: implement ``forward``, ``reverse``, ``log_det_jacobian``.
 
     ``call`` dispatches: a `RandomVariable` input gives a transformed
@@ -294,8 +299,8 @@ class ActNorm(ReversibleLayer):
         super().build(input_shape)
 
     def _maybe_init(self, data, forward):
-        if not self.data_init:
-            return
+        if not self.data_init or not _compat.variables_writable():
+            return  # (a Keras 3 symbolic trace initializes nothing: the first real batch does)
         with tf.init_scope():  # the flag's current value, even while tracing
             done = int(self.initialized.numpy()) if tf.executing_eagerly() else None
         if done:
@@ -363,7 +368,6 @@ def _degrees(order, dim, seed):
     return order + 1
 
 
-@_compat.keras2_only("flows and reversible layers")
 @_register
 class MADE(keras.layers.Layer):
     """Masked autoencoder for distribution estimation (Germain et al., 2015).

@@ -25,6 +25,7 @@ import tensorflow as tf
 from tensorflow.python.eager import record as _record
 
 from bayes_planet._keras import keras
+from bayes_planet.layers import _compat
 from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.flows import (
     ReversibleLayer,
@@ -227,7 +228,8 @@ def _stack_with_recomputation(blocks, x):
             y, dy = outputs, d_outputs
             for block in reversed(blocks):
                 x_rebuilt = tf.stop_gradient(block.reverse(y))
-                block_vars = [v for v in block.trainable_variables if id(v) in index]
+                block_vars = [variables[index[id(v)]] for v in map(
+                    _compat.tf_variable, block.trainable_variables) if id(v) in index]
                 with tf.GradientTape() as tape:
                     tape.watch(x_rebuilt)
                     y_re = block._step(x_rebuilt)
