@@ -389,12 +389,19 @@ def _takes_training(layer):
     return "training" in inspect.signature(layer.call).parameters
 
 
+def _local_values(variable, strategy):
+    """The per-replica values of a layer variable (Keras 3 wraps the distributed
+    `tf.Variable`; on its wrapper `experimental_local_results` would see one value)."""
+    from bayes_planet.layers import _compat
+    return strategy.experimental_local_results(_compat.tf_variable(variable))
+
+
 def _seed_counters(model, strategy):
     from bayes_planet.layers.base import bayesian_layers
     out = []
     for layer in bayesian_layers(model):
         if getattr(layer, "_seed_counter", None) is not None:
-            out.append([int(v) for v in strategy.experimental_local_results(layer._seed_counter)])
+            out.append([int(v) for v in _local_values(layer._seed_counter, strategy)])
     return out
 
 
@@ -455,7 +462,7 @@ def _compare(single, multi, strategy):
     diff = 0.0
     agree = True
     for a, b in zip(single.weights, multi.weights, strict=True):
-        locals_ = [np.asarray(v) for v in strategy.experimental_local_results(b)]
+        locals_ = [np.asarray(v) for v in _local_values(b, strategy)]
         agree &= all(np.array_equal(locals_[0], v) for v in locals_[1:])
         if "float" in str(a.dtype):  # a tf.DType (Keras 2) or a name (Keras 3)
             diff = max(diff, float(np.max(np.abs(np.asarray(a) - locals_[0]), initial=0.0)))
@@ -484,7 +491,7 @@ def _run_case(name, case, strategy, steps=2):
     single_counters = _seed_counters(single, tf.distribute.get_strategy())
     digest = hashlib.sha1()
     for w in multi.weights:
-        digest.update(np.asarray(strategy.experimental_local_results(w)[0]).tobytes())
+        digest.update(np.asarray(_local_values(w, strategy)[0]).tobytes())
     record["noisy"] = {
         "weights_sha1": digest.hexdigest(),
         "losses": losses, "weight_diff": diff, "replicas_agree": bool(agree),
@@ -662,8 +669,7 @@ def mirrored_world_model():
               single={k: float(v) for k, v in m1.items()},
               mirrored={k: float(v) for k, v in m2.items()},
               weight_diff=_weights_diff(single, multi),
-              replicas_agree=all(np.array_equal(*[np.asarray(x) for x in
-                                                  strategy.experimental_local_results(v)])
+              replicas_agree=all(np.array_equal(*map(np.asarray, _local_values(v, strategy)))
                                  for v in multi.trainable_variables))
         # 2. Free nats between the two shards' state KLs: clipping each replica's own mean
         #    (instead of the global one) would change the loss and gradient.
