@@ -687,11 +687,6 @@ def _replica_losses(layer):
     return table.setdefault(layer, [])
 
 
-def _in_replica_context():
-    ctx = tf.distribute.get_replica_context()
-    return ctx is not None and ctx.num_replicas_in_sync > 1
-
-
 class ReplicaLocalLosses:
     """Mixin for a layer that calls ``add_loss`` in its ``call``: under a multi-replica strategy
     each replica reads back its own losses.
@@ -708,7 +703,10 @@ class ReplicaLocalLosses:
 
     if KERAS3:
         def add_loss(self, loss):
-            if _in_replica_context() and variables_writable():
+            from bayes_planet.layers.base import multi_replica_context  # base imports this module
+
+            # Not in a Keras stateless scope, whose losses are already kept per thread.
+            if multi_replica_context() is not None and variables_writable():
                 _replica_losses(self).extend(tf.nest.flatten(loss))
             else:
                 super().add_loss(loss)
