@@ -17,6 +17,8 @@ the helpers here. How the KL reaches ``layer.losses`` differs most:
 import contextlib
 import functools
 import inspect
+import threading
+import weakref
 
 from bayes_planet._keras import KERAS3, keras, tf
 from bayes_planet.layers.random_variable import RandomVariable
@@ -35,6 +37,8 @@ __all__ = [
     "RandomVariableInputs",
     "RandomVariableOutputs",
     "RecurrentCell",
+    "ReplicaLocalLosses",
+    "add_seed_counter",
     "add_weight_arguments",
     "add_weight_loss",
     "build",
@@ -66,11 +70,12 @@ __all__ = [
 #: ``add_weight`` keyword arguments of a variable that is never autocast (mixed precision).
 NO_AUTOCAST = {"autocast": False} if KERAS3 else {"experimental_autocast": False}
 
-#: ``add_weight`` keyword arguments of a layer's noise counter: an int64 scalar, not trained,
-#: one per replica (the first replica's value is the one saved).
+#: Keyword arguments of a layer's noise counter (`add_seed_counter`): an int64 scalar, not
+#: trained, one copy per replica, each advanced by its own replica (synchronization ON_READ), the
+#: first replica's value the one read and saved (aggregation ONLY_FIRST_REPLICA).
 SEED_COUNTER_KWARGS = dict(
     name="seed_counter", shape=(), dtype="int64", initializer="zeros", trainable=False,
-    **({"aggregation": "only_first_replica"} if KERAS3 else {
+    **({"synchronization": "on_read", "aggregation": "only_first_replica"} if KERAS3 else {
         "synchronization": tf.VariableSynchronization.ON_READ,
         "aggregation": tf.VariableAggregation.ONLY_FIRST_REPLICA}))
 
@@ -649,3 +654,69 @@ def build_in_train_step(model, x):
     Keras 2 saves the model's variables in either case: nothing to do."""
     if KERAS3 and not model.built:
         model.build(tf.nest.map_structure(lambda t: tuple(t.shape), x))
+
+
+# distribute (k3-dist) -------------------------------------------------------------------------
+
+def add_seed_counter(layer, add_weight):
+    """``layer``'s noise counter, a variable with `SEED_COUNTER_KWARGS`; ``add_weight`` is the
+    layer's Keras ``add_weight``. Assign it to an attribute of ``layer``.
+
+    ON_READ is what keeps a replica step free of cross-replica traffic: every replica advances
+    its own copy, in lockstep. A counter that synchronized on write (Keras 3's default for
+    ``aggregation="only_first_replica"``, a ``MirroredVariable``) would make each draw a
+    ``merge_call``: a barrier per layer call, and an error inside a ``tf.while_loop`` or
+    ``tf.cond`` branch. Keras 2's ``add_weight`` takes ``synchronization``; Keras 3's does not,
+    so there the ``keras.Variable`` is made here, in the layer's name scope, and Keras tracks it
+    through the attribute that holds it.
+    """
+    if not KERAS3:
+        return add_weight(**SEED_COUNTER_KWARGS)
+    with keras.name_scope(layer.name, caller=layer):
+        return keras.Variable(**SEED_COUNTER_KWARGS)
+
+
+#: Keras 3: per thread (one per replica under ``MirroredStrategy``), layer -> the losses it added.
+_REPLICA_LOSSES = threading.local()
+
+
+def _replica_losses(layer):
+    table = getattr(_REPLICA_LOSSES, "table", None)
+    if table is None:
+        table = _REPLICA_LOSSES.table = weakref.WeakKeyDictionary()
+    return table.setdefault(layer, [])
+
+
+class ReplicaLocalLosses:
+    """Mixin for a layer that calls ``add_loss`` in its ``call``: under a multi-replica strategy
+    each replica reads back its own losses.
+
+    Keras 3 keeps a layer's ``add_loss`` tensors in one list, shared by the threads in which
+    ``MirroredStrategy`` runs its replicas, and each replica's outer call clears it. The threads
+    take turns at every collective (``all_reduce``, ``all_gather``: a ``merge_call``), so a
+    collective between a replica's call and its read of ``model.losses`` lets the other replica
+    clear the list or append its own loss: the replica then reads the other's loss, or both (seen
+    with ``VectorQuantizer(ema=True)``, whose EMA statistics are all-reduced). In a replica context
+    this mixin keeps the losses per thread instead; elsewhere (one device, a Keras stateless
+    scope) it is Keras' own bookkeeping. Keras 2 keeps a replica's losses apart by itself.
+    """
+
+    if KERAS3:
+        def add_loss(self, loss):
+            from bayes_planet.layers.base import multi_replica_context  # base imports this module
+
+            # Not in a Keras stateless scope, whose losses are already kept per thread.
+            if multi_replica_context() is not None and variables_writable():
+                _replica_losses(self).extend(tf.nest.flatten(loss))
+            else:
+                super().add_loss(loss)
+
+        def _get_own_losses(self):  # Keras 3's per-layer read, by `losses` of every outer layer
+            losses = super()._get_own_losses()  # noqa: SLF001 - the method this mixin extends
+            if variables_writable():
+                losses += _replica_losses(self)
+            return losses
+
+        def _clear_losses(self):  # Keras 3: at the start of an outer call
+            super()._clear_losses()  # noqa: SLF001 - the method this mixin extends
+            _replica_losses(self).clear()

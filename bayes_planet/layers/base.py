@@ -136,7 +136,7 @@ class BayesianLayer(_compat.LayerState):
     def _ensure_seed_counter(self):
         if self._seed_counter is None:
             with tf.init_scope():
-                self._seed_counter = super().add_weight(**_compat.SEED_COUNTER_KWARGS)
+                self._seed_counter = _compat.add_seed_counter(self, super().add_weight)
 
     def build(self, input_shape):
         super().build(input_shape)

@@ -47,7 +47,8 @@ def codebook_usage(codes, num_codes):
 
 
 @_register
-class VectorQuantizer(_compat.RandomVariableOutputs, keras.layers.Layer):
+class VectorQuantizer(_compat.ReplicaLocalLosses, _compat.RandomVariableOutputs,
+                      keras.layers.Layer):
     """Nearest-neighbour quantization with a straight-through gradient.
 
     Args:
