@@ -22,6 +22,14 @@ Factor posteriors: factorized normal (default, prior N(1, 0.1²)) or, as an opti
 Cauchy (``alpha_initializer='trainable_cauchy'`` with
 ``alpha_regularizer='rank1_cauchy_kl_divergence'``, prior Cauchy(1, 0.1), KL in closed
 form: a Cauchy's KL to a normal prior is infinite, so that pairing is refused).
+The default means start at random signs (±1): a -1 entry costs about 200 nats of KL to
+N(1, 0.1²) (``(1 - (-1))² / (2 · 0.1²)``), a +1 entry about 0.7, so at the start the
+KL is about ``100 · (number of factor entries) / dataset_size`` per example. Where that
+swamps the likelihood (small data, many factors, few small steps: e.g. the uncertainty
+benchmark's rank-1 Transformer, issue #27) training spends its steps pulling the -1
+means to +1 instead of fitting; set the dataset size, the steps or the factor
+initializer (e.g. ``TrainableRandomSignNormal(mean_initializer=RandomSign(1.0))``)
+accordingly.
 
 Registry: both are the ``'dense_ensemble'`` family of `bayes_planet.layer_registry`
 (estimators ``'rank1'`` and ``'batch_ensemble'``, Keras twin ``Dense``), not estimators
