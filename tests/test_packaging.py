@@ -157,8 +157,9 @@ def test_save_load_across_stacks(tmp_path, newer_keras):
     (TF_USE_LEGACY_KERAS=1), a model of mean-field conv/dense/LSTM and rank-1/BatchEnsemble layers
     moves by `.weights.h5` both ways with the same posterior-mean outputs and KL. Whole `.keras`
     files: TF 2.15 -> tf-keras loads; nothing else does (README "Supported versions")."""
-    older, newer = sorted((sys.executable, OTHER_STACK_PYTHON), key=_tf_version)
-    assert _tf_version(older) < (2, 16) <= _tf_version(newer), (older, newer)
+    versions = {python: _tf_version(python) for python in (sys.executable, OTHER_STACK_PYTHON)}
+    older, newer = sorted(versions, key=versions.get)
+    assert versions[older] < (2, 16) <= versions[newer], versions
     legacy = {older: False, newer: newer_keras == "tf_keras"}
     loads = {}
     for way, saver, loader in (("old_to_new", older, newer), ("new_to_old", newer, older)):
