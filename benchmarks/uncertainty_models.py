@@ -55,6 +55,20 @@ SINGLE_PASS = BASELINES + ("batch_ensemble", "deep_ensemble", "mc_dropout", "sng
 CLASSIFICATION_ONLY = ("sngp",)
 
 
+def keras_for(model):
+    """The Keras module ``model``'s network is built and fit with: tfp.layers are Keras 2
+    layers, so beside Keras 3 (TF >= 2.16) the ``tfp_*`` rows use tf-keras (a dependency of
+    the layers there), as a Keras 3 user of tfp.layers must; every other row, the process's
+    Keras (`bayes_planet._keras`)."""
+    from bayes_planet._keras import KERAS3, keras
+
+    if model in TFP_MODELS and KERAS3:
+        import tf_keras
+
+        return tf_keras
+    return keras
+
+
 def _registered(family, estimator):
     return (family in layer_registry.families()
             and estimator in layer_registry.estimators(family))
@@ -92,7 +106,7 @@ class Layers:
     """Layer constructors of one model: the same calls build every model's network.
 
     ``config``: the benchmark's (``kernel_regularizer``, ``kernel_initializer``,
-    ``ensemble_size``, ``sngp``).
+    ``ensemble_size``, ``factor_initializers``, ``sngp``).
     """
 
     def __init__(self, model, seed, dataset_size, config):
@@ -108,12 +122,29 @@ class Layers:
         if self.model in ENSEMBLE_LAYERS:  # Point-estimate kernels: their factors' priors.
             cls = layer_registry.get(family + "_ensemble", self.model)
             kwargs["ensemble_size"] = self.config["ensemble_size"]
+            kwargs.update(self.factors())
         else:
             cls = layer_registry.get(family, self.model)
             kwargs.update(self._prior(*priors))
         if "seed" in inspect.signature(cls).parameters:
             kwargs["seed"] = next(self._seeds)
         return cls(*args, **kwargs)
+
+    def factor_initializer(self):
+        """The configured initializer (alias or config) of this ensemble model's factors
+        α and γ, or None for the layers' default."""
+        return (self.config.get("factor_initializers") or {}).get(self.model)
+
+    def factors(self):
+        """``{alpha_initializer, gamma_initializer}``: fresh instances of the configured
+        factor initializer, or ``{}`` for the layers' default."""
+        from bayes_planet.layers import initializers
+
+        config = self.factor_initializer()
+        if config is None:
+            return {}
+        return {name: initializers.get(copy.deepcopy(config))
+                for name in ("alpha_initializer", "gamma_initializer")}
 
     def _prior(self, *names):
         from bayes_planet.layers import initializers, regularizers
@@ -145,8 +176,7 @@ class Layers:
                                     seed=next(self._seeds))
 
     def dense(self, units, activation=None):
-        from bayes_planet._keras import keras
-
+        keras = keras_for(self.model)
         if self.model == "sngp":
             return self._spectral("SpectralNormalization", keras.layers.Dense(units, activation))
         if self.deterministic:
@@ -156,8 +186,7 @@ class Layers:
         return self._ours("dense", units, activation=activation)
 
     def conv(self, filters, activation="relu"):
-        from bayes_planet._keras import keras
-
+        keras = keras_for(self.model)
         if self.model == "sngp":
             return self._spectral("SpectralNormalizationConv2D", keras.layers.Conv2D(
                 filters, 3, padding="same", activation=activation))
@@ -192,14 +221,14 @@ TRANSFORMER_LAYERS = {"deterministic_dropout": (TWIN, TWIN),
 
 def _network(family, model, data, fcfg, seed, layers, outputs):
     """The family's network with ``layers``' layer classes (no wrapper)."""
-    from bayes_planet._keras import keras
-
+    keras = keras_for(model)
     shape = data["x_train"].shape[1:]
     if family == "transformer":
         from bayes_planet.layers import build_transformer
 
         attention, feed_forward = TRANSFORMER_LAYERS.get(model, (model, model))
-        ensemble = ({"ensemble_size": layers.config["ensemble_size"]}
+        ensemble = ({"ensemble_size": layers.config["ensemble_size"],
+                     "factor_initializer": layers.factor_initializer()}
                     if model in ENSEMBLE_LAYERS else {})
         return build_transformer(
             int(data["x_train"].max()) + 1, shape[0], outputs, d_model=fcfg["d_model"],
@@ -252,10 +281,12 @@ def trainable_params(model):
     return int(sum(np.prod(v.shape) for v in model.trainable_variables))
 
 
-def fit(model, data, fcfg, regression):
-    """The plain Keras workflow: compile + fit for about ``steps`` Adam steps; seconds."""
-    from bayes_planet._keras import keras
+def fit(model, data, fcfg, regression, *, name):
+    """The plain Keras workflow: compile + fit for about ``steps`` Adam steps (``name``:
+    the benchmark model, whose Keras `keras_for` gives); seconds."""
     from bayes_planet.layers.sngp import GPCovarianceReset, gp_layers
+
+    keras = keras_for(name)
 
     loss = metrics.gaussian_nll if regression else keras.losses.SparseCategoricalCrossentropy(
         from_logits=True)

@@ -4,6 +4,7 @@ the ensembles' predictive."""
 import itertools
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -144,6 +145,11 @@ def test_ensemble_regression_predictive_is_the_members_gaussian_mixture(name):
                                atol=1e-6)
 
 
+def _softmax(logits):
+    z = np.exp(logits - logits.max(-1, keepdims=True))
+    return z / z.sum(-1, keepdims=True)
+
+
 def test_ensemble_classification_predictive_is_ensemble_models_average():
     """The members' mean probabilities are bl.EnsembleModel's own predictive (softmax of
     its log-mean-exp logits)."""
@@ -157,8 +163,8 @@ def test_ensemble_classification_predictive_is_ensemble_models_average():
     assert isinstance(model, bl.EnsembleModel)
     outs = uncertainty_models.sample_outputs(model, "batch_ensemble", {"x": data["x_test"]},
                                              config["mc_samples"])["x"]
-    probs = keras.activations.softmax(keras.backend.constant(outs)).numpy().mean(0)
-    expected = keras.activations.softmax(model(data["x_test"])).numpy()
+    probs = _softmax(outs).mean(0)
+    expected = _softmax(np.asarray(model(data["x_test"])))
     np.testing.assert_allclose(probs, expected, rtol=1e-5, atol=1e-7)
     assert np.abs(outs[0] - outs[1]).max() > 1e-3  # the members differ
 
@@ -184,3 +190,36 @@ def test_ensemble_rows_follow_the_registry():
     finally:
         layer_registry.unregister("lstm_cell_ensemble", "batch_ensemble")
     assert "batch_ensemble" not in uncertainty_models.family_models("lstm")
+
+
+#: uncertainty-baselines' ``random_sign_init=-0.5`` (factor means ~ N(1, 0.5²)).
+NEAR_ONE = ("{class_name: TrainableRandomSignNormal, config: {mean_initializer: "
+            "{class_name: RandomNormal, config: {mean: 1.0, stddev: 0.5}}}}")
+
+
+@pytest.mark.parametrize("family", ["mlp", "transformer"])
+def test_factor_initializers_reach_the_ensemble_layers(family):
+    """``factor_initializers.rank1`` (a --set override) is the α and γ of every rank-1 layer,
+    the transformer's blocks included; ``batch_ensemble`` keeps its default (±1)."""
+    config = uncertainty.load_config(["quick"], [f"factor_initializers.rank1={NEAR_ONE}"])
+    assert config["factor_initializers"]["batch_ensemble"] is None
+    if family == "mlp":
+        data = _regression_data()
+    else:
+        data = {"x_train": np.zeros((8, 4), np.int64), "y_train": np.arange(32) % 3,
+                "x_test": np.zeros((8, 4), np.int64), "y_test": np.arange(32) % 3}
+    keras.utils.set_random_seed(0)
+    for model_name, near_one in (("rank1", True), ("batch_ensemble", False)):
+        if model_name not in uncertainty_models.family_models(family):
+            continue
+        model = uncertainty_models.build_model(family, model_name, data,
+                                               config["families"][family], 0, config)
+        model(data["x_train"])
+        # rank-1: ".../alpha[/<initializer name>]/mean"; BatchEnsemble: ".../alpha".
+        pattern = re.compile(r"/(alpha|gamma)(/(.+/)?mean)?(:0)?$")
+        factors = [w.numpy().ravel() for w in model.weights
+                   if pattern.search(getattr(w, "path", w.name))]
+        assert factors, model_name
+        values = np.concatenate(factors)
+        on_signs = np.mean(np.isclose(np.abs(values), 1.0, atol=1e-3))
+        assert on_signs < 0.1 if near_one else on_signs == 1.0, (model_name, on_signs)

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.layers import _compat, regularizers
+from bayes_planet.layers import _compat, initializers, regularizers
 from bayes_planet.layers.base import check_positive_int
 
 __all__ = ["PositionEmbedding", "TransformerBlock", "build_transformer"]
@@ -87,6 +87,10 @@ class TransformerBlock(keras.layers.Layer):
       ensemble_size: members of the ensemble sublayers (``attention='rank1'``,
         ``feed_forward='rank1'`` or ``'batch_ensemble'``; see the module docstring);
         None: the layers' default. Needs an ensemble choice.
+      factor_initializer: the initializer of the ensemble sublayers' factors α and γ
+        (alias or config; rank-1: a posterior such as ``'trainable_random_sign_normal'``,
+        BatchEnsemble: a plain initializer); None keeps each layer's own default. Needs an
+        ensemble choice.
 
     Input: ``[batch, length, d_model]``; optional ``mask`` ``[batch, length]``
     (True = real token). Output: same shape as the input.
@@ -95,7 +99,7 @@ class TransformerBlock(keras.layers.Layer):
     def __init__(self, num_heads, key_dim, ff_dim, attention="flipout",
                  feed_forward="local_reparameterization", dropout=0.0, activation="relu",
                  causal=False, seed=None, kernel_regularizer=None, ensemble_size=None,
-                 **kwargs):
+                 factor_initializer=None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.key_dim = check_positive_int("key_dim", key_dim)
@@ -111,13 +115,18 @@ class TransformerBlock(keras.layers.Layer):
         self.kernel_regularizer = (None if kernel_regularizer is None else
                                    regularizers.serialize(regularizers.get(kernel_regularizer)))
         self.ensemble_size = ensemble_size
+        self.factor_initializer = (None if factor_initializer is None else
+                                   initializers.serialize(initializers.get(factor_initializer)))
+        has_ensemble = any(_family(v, f) != f for v, f in (
+            (self.attention, ATTENTION_FAMILY), (self.feed_forward, FEED_FORWARD_FAMILY)))
         if ensemble_size is not None:
             self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
-            if not any(_family(v, f) != f for v, f in (
-                    (self.attention, ATTENTION_FAMILY), (self.feed_forward, FEED_FORWARD_FAMILY))):
+        for name, value in (("ensemble_size", ensemble_size),
+                            ("factor_initializer", factor_initializer)):
+            if value is not None and not has_ensemble:
                 raise ValueError(
-                    "ensemble_size needs an ensemble choice of attention or feed_forward "
-                    f"(e.g. 'rank1'). Received: ensemble_size={ensemble_size}, "
+                    f"{name} needs an ensemble choice of attention or feed_forward "
+                    f"(e.g. 'rank1'). Received: {name}={value!r}, "
                     f"attention={attention!r}, feed_forward={feed_forward!r}")
         self.supports_masking = True
         _compat.set_untracked(self, "_sublayer_configs", None)  # `from_config` sets them
@@ -139,6 +148,9 @@ class TransformerBlock(keras.layers.Layer):
         if ensemble:
             if self.ensemble_size is not None:
                 kwargs["ensemble_size"] = self.ensemble_size
+            if self.factor_initializer is not None:  # fresh instances per sublayer
+                kwargs.update({name: initializers.get(copy.deepcopy(self.factor_initializer))
+                               for name in ("alpha_initializer", "gamma_initializer")})
         else:
             kwargs.update(self._prior())
         if "seed" in inspect.signature(cls).parameters:
@@ -201,6 +213,7 @@ class TransformerBlock(keras.layers.Layer):
             activation=keras.activations.serialize(self.activation), causal=self.causal,
             seed=self.seed, kernel_regularizer=copy.deepcopy(self.kernel_regularizer),
             ensemble_size=self.ensemble_size,
+            factor_initializer=copy.deepcopy(self.factor_initializer),
         )
         # The sublayers' own configs: what was set on them after they were made (e.g.
         # `set_dataset_size` on their priors) is loaded with them.
@@ -257,7 +270,7 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
                       num_layers=2, attention="flipout",
                       feed_forward="local_reparameterization", dropout=0.0, causal=False,
                       seed=None, kernel_regularizer=None, ensemble_size=None,
-                      name="bayesian_transformer"):
+                      factor_initializer=None, name="bayesian_transformer"):
     """A small (Bayesian) Transformer over token sequences: per-token class logits.
 
     Token + learned position embeddings, ``num_layers`` `TransformerBlock`s with the
@@ -265,9 +278,10 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
     paper's Bayesian Transformer, only attention and feed-forward layers are
     Bayesian). ``attention='deterministic', feed_forward='deterministic'`` gives
     the plain Transformer baseline. ``kernel_regularizer`` (None: the layers'
-    default prior) and ``ensemble_size`` (for rank-1 blocks: ``attention='rank1'``,
+    default prior), ``ensemble_size`` (for rank-1 blocks: ``attention='rank1'``,
     ``feed_forward='rank1'``; batches are then ``ensemble_size`` contiguous blocks, one per
-    member, see the module docstring) are passed to every block.
+    member, see the module docstring) and ``factor_initializer`` (the ensemble layers'
+    α and γ; None: their default) are passed to every block.
 
     Input: int tokens ``[batch, length]``. Output: logits
     ``[batch, length, num_classes]``. Returns a functional `keras.Model`.
@@ -280,7 +294,8 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
                              feed_forward=feed_forward, dropout=dropout, causal=causal,
                              seed=_sub_seed(seed, f"block{i}"),
                              kernel_regularizer=kernel_regularizer,
-                             ensemble_size=ensemble_size, name=f"block_{i}")(x)
+                             ensemble_size=ensemble_size,
+                             factor_initializer=factor_initializer, name=f"block_{i}")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
     return keras.Model(tokens, logits, name=name)
 
