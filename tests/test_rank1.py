@@ -15,6 +15,7 @@ import tensorflow_probability as tfp
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
+from bayes_planet.layers import initializers
 from bayes_planet.layers.ensemble import (
     RANK1_PRIOR,
     Rank1CauchyKLDivergence,
@@ -117,6 +118,28 @@ def test_rank1_kl_is_the_closed_form_to_n_1_0_1():
     np.testing.assert_allclose(float(tf.add_n(layer.losses)), expected, rtol=1e-5)
     kls = sorted(float(v) for v in layer.losses)
     assert all(k > 0 for k in kls)
+
+
+def test_default_factor_posterior_starts_near_one():
+    """The default α, γ posterior (`TrainableRank1Normal`): means ~ N(1, 0.5²) (moments of
+    4 × 200 entries, tolerance 4 standard errors), stddev ≈ 0.032, per-member draws that
+    differ, seeded (the same seed: the same means), reloaded from its config."""
+    layer = bl.DenseRank1(200, ensemble_size=4, seed=0)
+    layer(normal_array(4, 200))
+    assert isinstance(layer.gamma_initializer, bl.TrainableRank1Normal)
+    means = layer.gamma.loc().numpy()
+    assert abs(means.mean() - 1.0) < 4 * 0.5 / np.sqrt(means.size)
+    assert abs(means.std() - 0.5) < 4 * 0.5 / np.sqrt(2 * means.size)
+    assert np.min(np.abs(means[0] - means[1])) < 0.5 < np.max(np.abs(means[0] - means[1]))
+    np.testing.assert_allclose(np.median(layer.gamma.scale().numpy()),
+                               initializers.RANK1_INITIAL_STDDEV, rtol=0.05)
+    a, b = (bl.TrainableRank1Normal(seed=7) for _ in range(2))
+    a.build((3, 5))
+    b.build((3, 5))
+    np.testing.assert_array_equal(a.loc().numpy(), b.loc().numpy())
+    clone = bl.TrainableRank1Normal.from_config(a.get_config())
+    assert clone.get_config() == a.get_config()
+    assert isinstance(initializers.get("trainable_rank1_normal"), bl.TrainableRank1Normal)
 
 
 def test_rank1_noise_is_seeded():

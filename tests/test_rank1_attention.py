@@ -253,11 +253,6 @@ def test_rank1_transformer():
     assert bl.TransformerBlock.from_config(config).get_config()["ensemble_size"] == members
 
 
-#: uncertainty-baselines' ``random_sign_init=-0.5``: factor means ~ N(1, 0.5²).
-NEAR_ONE = {"class_name": "TrainableRandomSignNormal", "config": {"mean_initializer": {
-    "class_name": "RandomNormal", "config": {"mean": 1.0, "stddev": 0.5, "seed": 3}}}}
-
-
 def _factor_means(layer, kind):
     """The ``kind`` (alpha | gamma) posterior means of ``layer``'s rank-1 sublayers, by path."""
     # Keras 2: ".../alpha/mean:0"; Keras 3: ".../alpha/<initializer name>/mean".
@@ -266,35 +261,39 @@ def _factor_means(layer, kind):
             if pattern.search(getattr(w, "path", w.name))}
 
 
+def _rank1_block(**kwargs):
+    return bl.build_transformer(7, 5, 7, d_model=8, num_heads=2, ff_dim=8, num_layers=1,
+                                attention="rank1", feed_forward="rank1", ensemble_size=2,
+                                seed=0, **kwargs).get_layer("block_0")
+
+
 def test_transformer_factor_initializer_reaches_every_ensemble_sublayer_and_reloads():
     """``factor_initializer`` is every rank-1 sublayer's α and γ (a fresh instance each):
-    their means ~ N(1, 0.5²) (moments over all entries, tolerance 4 standard errors), not
-    the default's ±1; kept by the block's config."""
+    with random signs, every mean is ±1, against the default's means ~ N(1, 0.5²) (moments
+    over all entries, tolerance 4 standard errors); kept by the block's config."""
     keras.utils.set_random_seed(0)
-    model = bl.build_transformer(7, 5, 7, d_model=8, num_heads=2, ff_dim=8, num_layers=1,
-                                 attention="rank1", feed_forward="rank1", ensemble_size=2,
-                                 factor_initializer=NEAR_ONE, seed=0)
-    block = model.get_layer("block_0")
+    block = _rank1_block(factor_initializer="trainable_random_sign_normal")
+    default = _rank1_block()
     for kind in ("alpha", "gamma"):
-        means = _factor_means(block, kind)
-        assert len(means) == 6  # query, key, value, attention output, ff_in, ff_out
-        values = np.concatenate(list(means.values()))
+        signs = _factor_means(block, kind)
+        assert len(signs) == 6  # query, key, value, attention output, ff_in, ff_out
+        signs = np.concatenate(list(signs.values()))
+        np.testing.assert_array_equal(np.abs(signs), 1.0)
+        assert 0.3 < np.mean(signs > 0) < 0.7
+        values = np.concatenate(list(_factor_means(default, kind).values()))
+        assert values.size == signs.size
         assert abs(values.mean() - 1.0) < 4 * 0.5 / np.sqrt(values.size)
         assert abs(values.std() - 0.5) < 4 * 0.5 / np.sqrt(2 * values.size)
-        assert np.mean(np.isclose(np.abs(values), 1.0, atol=1e-3)) < 0.05  # not ±1
     assert block.ff_in.alpha_initializer is not block.ff_out.alpha_initializer
+    assert isinstance(default.ff_in.alpha_initializer, bl.TrainableRank1Normal)
     config = block.get_config()
     assert config["factor_initializer"]["class_name"] == "TrainableRandomSignNormal"
+    assert default.get_config()["factor_initializer"] is None
     reloaded = bl.TransformerBlock.from_config(config)
     reloaded.build((4, 5, 8))
-    mean = reloaded.ff_in.alpha_initializer.get_config()["mean_initializer"]["config"]
-    assert (mean["mean"], mean["stddev"]) == (1.0, 0.5)
-    default = bl.build_transformer(7, 5, 7, d_model=8, num_heads=2, ff_dim=8, num_layers=1,
-                                   attention="rank1", feed_forward="rank1", ensemble_size=2,
-                                   seed=0).get_layer("block_0")
-    assert default.get_config()["factor_initializer"] is None
-    signs = np.concatenate(list(_factor_means(default, "alpha").values()))
-    np.testing.assert_array_equal(np.abs(signs), 1.0)  # the default: random signs
+    assert isinstance(reloaded.ff_in.alpha_initializer, bl.TrainableRandomSignNormal)
+    np.testing.assert_array_equal(
+        np.abs(np.concatenate(list(_factor_means(reloaded, "gamma").values()))), 1.0)
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])

@@ -74,6 +74,7 @@ from bayes_planet.layers.initializers import (
     TrainableNormal,
     TrainableNormalSmallStddev,
     TrainableRandomSignNormal,
+    TrainableRank1Normal,
 )
 from bayes_planet.layers.kernels import (
     ConstantMean,
@@ -217,6 +218,7 @@ __all__ = [
     "TrainableNormal",
     "TrainableNormalSmallStddev",
     "TrainableRandomSignNormal",
+    "TrainableRank1Normal",
     "TransformerBlock",
     "VectorQuantizer",
     "WhitenedKLDivergence",

@@ -22,14 +22,15 @@ Factor posteriors: factorized normal (default, prior N(1, 0.1²)) or, as an opti
 Cauchy (``alpha_initializer='trainable_cauchy'`` with
 ``alpha_regularizer='rank1_cauchy_kl_divergence'``, prior Cauchy(1, 0.1), KL in closed
 form: a Cauchy's KL to a normal prior is infinite, so that pairing is refused).
-The default means start at random signs (±1): a -1 entry costs about 200 nats of KL to
-N(1, 0.1²) (``(1 - (-1))² / (2 · 0.1²)``), a +1 entry about 0.7, so at the start the
-KL is about ``100 · (number of factor entries) / dataset_size`` per example. Where that
-swamps the likelihood (small data, many factors, few small steps: e.g. the uncertainty
-benchmark's rank-1 Transformer, issue #27) training spends its steps pulling the -1
-means to +1 instead of fitting; set the dataset size, the steps or the factor
-initializer (e.g. ``TrainableRandomSignNormal(mean_initializer=RandomSign(1.0))``)
-accordingly.
+The default means start near 1 (~ N(1, 0.5²), `initializers.TrainableRank1Normal`,
+uncertainty-baselines' ``random_sign_init=-0.5``): about 13 nats of KL per entry at the start.
+Random-sign (±1) means (``'trainable_random_sign_normal'``, edward2's start) give more diverse
+members, but a -1 entry costs about 200 nats of KL to N(1, 0.1²) (``(1 - (-1))² / (2 ·
+0.1²)``), so at the start the KL is about ``100 · (number of factor entries) /
+dataset_size`` per example; where that swamps the likelihood (small data, many factors, few
+small steps) training spends its steps pulling the -1 means to +1 instead of fitting: the
+uncertainty benchmark's rank-1 Transformer stayed at chance (issue #27, ``experiments/
+RESULTS.md`` §8b-c), which is why the default changed.
 
 Registry: both are the ``'dense_ensemble'`` family of `bayes_planet.layer_registry`
 (estimators ``'rank1'`` and ``'batch_ensemble'``, Keras twin ``Dense``), not estimators
@@ -90,7 +91,7 @@ tfd = tfp.distributions
 CLIP = 10.0
 #: Defaults shared by the dense and convolutional ensemble layers.
 ENSEMBLE_SIZE = 4
-RANK1_POSTERIOR = "trainable_random_sign_normal"  # α, γ ~ N(±1, ≈0.032²) at the start
+RANK1_POSTERIOR = "trainable_rank1_normal"  # α, γ means ~ N(1, 0.5²), stddev ≈ 0.032
 RANK1_PRIOR = "rank1_normal_kl_divergence"  # KL to N(1, 0.1²)
 FAST_WEIGHTS = "random_sign"  # BatchEnsemble's α, γ start at ±1
 #: `Rank1Ensemble` ``sampling`` modes.
@@ -547,7 +548,7 @@ class DenseRank1(Rank1Ensemble, _EnsembleDense):
 
     A point-estimate kernel ``W`` shared by ``ensemble_size`` members, each with a
     mean-field posterior over its input factor α_e and output factor γ_e (default: normal,
-    means at random signs ±1, stddev ≈ 0.032; `initializers.TrainableRandomSignNormal`)
+    means ~ N(1, 0.5²), stddev ≈ 0.032; `initializers.TrainableRank1Normal`)
     and a point-estimate bias. Member ``e`` computes
     ``activation(((x ∘ α_e) @ W) ∘ γ_e + b_e)`` on block ``e`` of the batch (see the
     module docstring for the batch convention). As in edward2, each call draws α and γ

@@ -9,7 +9,7 @@ rank-1 factors and a bias: member ``e`` is the Keras cell with kernels
 ``recurrent_alpha``, ``recurrent_gamma``) and bias ``b_e``, so each step computes
 ``((x ∘ α_e) W) ∘ γ_e + ((h ∘ ρ_e) U) ∘ δ_e + b_e`` as in edward2's ``LSTMCellRank1``.
 α ``[E, in]``, γ ``[E, G·units]``, ρ ``[E, units]`` and δ ``[E, G·units]`` have a
-mean-field normal posterior (default `initializers.TrainableRandomSignNormal`) with
+mean-field normal posterior (default `initializers.TrainableRank1Normal`) with
 their KL to the prior N(1, 0.1²) (`regularizers.Rank1NormalKLDivergence`) in
 ``layer.losses``; the kernels and the per-member bias ``[E, G·units]`` (GRU with
 ``reset_after``: ``[E, 2, 3·units]``) are point estimates with plain Keras regularizers.
@@ -224,7 +224,7 @@ class LSTMCellRank1(_Rank1Cell, BayesianLSTMCell):
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer, recurrent_alpha_initializer,
         recurrent_gamma_initializer: the factors' posteriors (distribution initializers
-        with closed-form normal moments, default ``'trainable_random_sign_normal'``, or
+        with closed-form normal moments, default ``'trainable_rank1_normal'``, or
         ``'trainable_cauchy'`` with the ``'rank1_cauchy_kl_divergence'`` prior).
       alpha_regularizer, gamma_regularizer, recurrent_alpha_regularizer,
         recurrent_gamma_regularizer: their KL regularizers (default
