@@ -214,8 +214,12 @@ def run_realnvp(cfg, seed, out_dir):
     flow.build((None, 2))
 
     def log_prob(x):
-        base = RandomVariable(tfd.Normal(tf.zeros_like(x), 1.0))  # Fig. 7: flow(base)
-        return flow(base).distribution.log_prob(x)
+        # Fig. 7: the flow applied to the base RandomVariable, layer by layer (a Keras 3
+        # Sequential returns a plain tensor for a RandomVariable input; README, Keras 3).
+        rv = RandomVariable(tfd.Normal(tf.zeros_like(x), 1.0))
+        for layer in flow.layers:
+            rv = layer(rv)
+        return rv.distribution.log_prob(x)
 
     log_prob(tf.constant(x_train[:1000]))  # ActNorm data-dependent init
     history = _train(lambda x: -tf.reduce_mean(log_prob(x)),

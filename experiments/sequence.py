@@ -130,8 +130,13 @@ def run_lstm(cfg, seed):
         output_layer = keras.layers.Dense(cfg["num_classes"])
         optimizer = keras.optimizers.Adam(cfg["learning_rate"])
 
-        def logits_fn(features, lstm=lstm, output_layer=output_layer):
-            state = lstm.get_initial_state(features)   # a new sequence: a new weight sample
+        def logits_fn(features, lstm=lstm, output_layer=output_layer,
+                      deterministic=estimator == "deterministic"):
+            if deterministic:  # Keras' own cell: zeros (its get_initial_state differs in Keras 3)
+                state = [tf.zeros([tf.shape(features)[0], size], features.dtype)
+                         for size in lstm.state_size]
+            else:
+                state = lstm.get_initial_state(features)   # a new sequence: a new weight sample
             for t in range(features.shape[1]):
                 net, state = lstm(features[:, t], state)
             return output_layer(net)
