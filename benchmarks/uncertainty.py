@@ -186,7 +186,7 @@ def evaluate(family, dataset, model_name, seed, config):
         model = uncertainty_models.build_model(family, model_name, data, fcfg, seed, config)
         if model_name not in uncertainty_models.TFP_MODELS:
             set_dataset_size(model, data["y_train"].size)
-        seconds = uncertainty_models.fit(model, data, fcfg, regression, name=model_name)
+        seconds = uncertainty_models.fit(model, data, fcfg, regression, name=model_name, seed=seed)
     outs = uncertainty_models.sample_outputs(
         model, model_name, {"test": data["x_test"], **data["ood"]}, config["mc_samples"])
     if regression:

@@ -281,9 +281,16 @@ def trainable_params(model):
     return int(sum(np.prod(v.shape) for v in model.trainable_variables))
 
 
-def fit(model, data, fcfg, regression, *, name):
+def fit(model, data, fcfg, regression, *, name, seed):
     """The plain Keras workflow: compile + fit for about ``steps`` Adam steps (``name``:
-    the benchmark model, whose Keras `keras_for` gives); seconds."""
+    the benchmark model, whose Keras `keras_for` gives); seconds.
+
+    The batches come from a ``tf.data`` pipeline reshuffled every epoch from ``seed``: Keras 3's
+    ``fit(x, y, shuffle=True)`` on arrays repeats one permutation in every epoch once
+    ``keras.utils.set_random_seed`` has run (``experiments/RESULTS.md`` §8d), Keras 2 does
+    not; this pipeline gives both stacks the same per-epoch reshuffling."""
+    import tensorflow as tf
+
     from bayes_planet.layers.sngp import GPCovarianceReset, gp_layers
 
     keras = keras_for(name)
@@ -294,9 +301,10 @@ def fit(model, data, fcfg, regression, *, name):
     per_epoch = math.ceil(len(data["x_train"]) / fcfg["batch_size"])
     callbacks = [GPCovarianceReset()] if gp_layers(model) else []
     start = time.perf_counter()
-    model.fit(data["x_train"], data["y_train"], batch_size=fcfg["batch_size"],
-              epochs=max(1, round(fcfg["steps"] / per_epoch)), shuffle=True, verbose=0,
-              callbacks=callbacks)
+    batches = tf.data.Dataset.from_tensor_slices((data["x_train"], data["y_train"])).shuffle(
+        len(data["x_train"]), seed=seed, reshuffle_each_iteration=True).batch(fcfg["batch_size"])
+    model.fit(batches, epochs=max(1, round(fcfg["steps"] / per_epoch)), verbose=0,
+              shuffle=False, callbacks=callbacks)  # (the pipeline shuffles)
     return time.perf_counter() - start
 
 
