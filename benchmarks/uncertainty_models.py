@@ -133,7 +133,7 @@ class Layers:
     def factor_initializer(self):
         """The configured initializer (alias or config) of this ensemble model's factors
         α and γ, or None for the layers' default."""
-        return (self.config.get("factor_initializers") or {}).get(self.model)
+        return self.config["factor_initializers"].get(self.model)
 
     def factors(self):
         """``{alpha_initializer, gamma_initializer}``: fresh instances of the configured

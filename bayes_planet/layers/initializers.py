@@ -393,8 +393,28 @@ class TrainableNormalSmallStddev(TrainableNormal):
 RANK1_INITIAL_STDDEV = math.sqrt(1e-3 / (1.0 - 1e-3))
 
 
+class Rank1FactorNormal(TrainableNormal):
+    """Base of the rank-1 factor posteriors: `TrainableNormal` whose stddevs start at
+    `RANK1_INITIAL_STDDEV` (≈ 0.032) and whose means, when no ``mean_initializer`` is given,
+    come from the subclass's ``default_mean_initializer()`` (a fresh initializer per call)."""
+
+    @staticmethod
+    def default_mean_initializer():
+        raise NotImplementedError("a rank-1 factor posterior defines default_mean_initializer()")
+
+    def __init__(self, mean_initializer=None, stddev_initializer=None, *, initial_stddev=None,
+                 **kwargs):
+        if mean_initializer is None:
+            mean_initializer = self.default_mean_initializer()
+        if stddev_initializer is None and initial_stddev is None:
+            initial_stddev = RANK1_INITIAL_STDDEV
+        super().__init__(mean_initializer=mean_initializer,
+                         stddev_initializer=stddev_initializer, initial_stddev=initial_stddev,
+                         **kwargs)
+
+
 @_register
-class TrainableRandomSignNormal(TrainableNormal):
+class TrainableRandomSignNormal(Rank1FactorNormal):
     """`TrainableNormal` with random-sign (±1) means and a small initial stddev (≈ 0.032).
 
     An option for the rank-1 factors α and γ (Dusenberry et al., 2020; edward2's
@@ -404,15 +424,9 @@ class TrainableRandomSignNormal(TrainableNormal):
     N(1, 0.1²) prior: only for data sets large enough to outweigh it.
     """
 
-    def __init__(self, mean_initializer=None, stddev_initializer=None, *, initial_stddev=None,
-                 **kwargs):
-        if mean_initializer is None:
-            mean_initializer = RandomSign()
-        if stddev_initializer is None and initial_stddev is None:
-            initial_stddev = RANK1_INITIAL_STDDEV
-        super().__init__(mean_initializer=mean_initializer,
-                         stddev_initializer=stddev_initializer, initial_stddev=initial_stddev,
-                         **kwargs)
+    @staticmethod
+    def default_mean_initializer():
+        return RandomSign()
 
 
 #: Spread of the rank-1 factors' initial posterior means around 1: uncertainty-baselines'
@@ -422,7 +436,7 @@ RANK1_MEAN_STDDEV = 0.5
 
 
 @_register
-class TrainableRank1Normal(TrainableNormal):
+class TrainableRank1Normal(Rank1FactorNormal):
     """`TrainableNormal` with means near 1 (~ N(1, 0.5²)) and a small stddev (≈ 0.032).
 
     The default posterior of the rank-1 factors α and γ (Dusenberry et al., 2020, with
@@ -437,16 +451,9 @@ class TrainableRank1Normal(TrainableNormal):
     interval coverage where it trains).
     """
 
-    def __init__(self, mean_initializer=None, stddev_initializer=None, *, initial_stddev=None,
-                 **kwargs):
-        if mean_initializer is None:
-            mean_initializer = keras.initializers.RandomNormal(mean=1.0,
-                                                               stddev=RANK1_MEAN_STDDEV)
-        if stddev_initializer is None and initial_stddev is None:
-            initial_stddev = RANK1_INITIAL_STDDEV
-        super().__init__(mean_initializer=mean_initializer,
-                         stddev_initializer=stddev_initializer, initial_stddev=initial_stddev,
-                         **kwargs)
+    @staticmethod
+    def default_mean_initializer():
+        return keras.initializers.RandomNormal(mean=1.0, stddev=RANK1_MEAN_STDDEV)
 
 
 _ALIASES = {
