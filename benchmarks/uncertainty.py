@@ -49,8 +49,8 @@ import warnings
 
 import numpy as np
 
+from bayes_planet import recalibration, yaml_config
 from bayes_planet import uncertainty_metrics as metrics
-from bayes_planet import yaml_config
 from benchmarks import uncertainty_models
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
@@ -155,6 +155,17 @@ def load_data(family, dataset, seed, cfg):
             "x_test": x[test].astype(np.int32), "y_test": y[test]}
 
 
+def hold_out(data, fraction, seed):
+    """``data`` with a seeded ``fraction`` of its training set moved to ``x_val, y_val``
+    (the recalibration set; the inputs' and targets' standardization keep the whole
+    training set's statistics)."""
+    n = len(data["x_train"])
+    order = np.random.default_rng([seed, 3]).permutation(n)
+    val, train = order[:int(round(n * fraction))], order[int(round(n * fraction)):]
+    return {**data, "x_train": data["x_train"][train], "y_train": data["y_train"][train],
+            "x_val": data["x_train"][val], "y_val": data["y_train"][val]}
+
+
 # ---------------------------------------------------------------- one task
 def gaussian_head(outputs):
     """``[S, N, 2]`` (mean, raw scale) outputs -> ``[S, N]`` means and scales, float64
@@ -175,6 +186,8 @@ def evaluate(family, dataset, model_name, seed, config):
     from bayes_planet.layers import set_dataset_size
 
     data = load_data(family, dataset, seed, config["datasets"])
+    if config["recalibration"]:
+        data = hold_out(data, config["recalibration"], seed)
     fcfg = config["families"][family]
     regression = "y_scale" in data
     keras.utils.set_random_seed(seed)
@@ -187,10 +200,17 @@ def evaluate(family, dataset, model_name, seed, config):
         if model_name not in uncertainty_models.TFP_MODELS:
             set_dataset_size(model, data["y_train"].size)
         seconds = uncertainty_models.fit(model, data, fcfg, regression, name=model_name, seed=seed)
-    outs = uncertainty_models.sample_outputs(
-        model, model_name, {"test": data["x_test"], **data["ood"]}, config["mc_samples"])
+    sets = {"test": data["x_test"], **data["ood"]}
+    if "x_val" in data:
+        sets["validation"] = data["x_val"]
+    outs = uncertainty_models.sample_outputs(model, model_name, sets, config["mc_samples"])
+    recalibrated = {}
     if regression:
         heads = {k: gaussian_head(v) for k, v in outs.items()}
+        if "x_val" in data:  # one std scale for every set, fitted on the held-out one
+            scale = recalibration.fit_std_scale(*heads.pop("validation"), data["y_val"])
+            heads = {k: recalibration.apply_std_scale(*h, scale) for k, h in heads.items()}
+            recalibrated["std_scale"] = scale
         means, scales = heads["test"]
         result = metrics.regression_metrics(means, scales, data["y_test"], config["interval"],
                                             data["y_scale"])
@@ -198,6 +218,12 @@ def evaluate(family, dataset, model_name, seed, config):
                   "epistemic": {k: h[0].std(0) for k, h in heads.items()}}
         arrays = None
     else:
+        if "x_val" in data:  # one temperature for every set, fitted on the held-out one
+            logits = outs.pop("validation")
+            temperature = recalibration.fit_temperature(
+                logits.reshape(len(logits), -1, logits.shape[-1]), data["y_val"].reshape(-1))
+            outs = {k: recalibration.apply_temperature(v, temperature) for k, v in outs.items()}
+            recalibrated["temperature"] = temperature
         probs = {k: tf.nn.softmax(v).numpy().astype(np.float64) for k, v in outs.items()}
         classes = probs["test"].shape[-1]
         test = probs["test"].reshape(len(probs["test"]), -1, classes)
@@ -213,6 +239,7 @@ def evaluate(family, dataset, model_name, seed, config):
         for kind in scores:
             result[f"auroc_{kind}"] = float(np.mean(
                 [result[f"auroc_{kind}_{name}"] for name in data["ood"]]))
+    result.update(recalibrated)
     result["train_seconds"] = seconds
     result["trainable_params"] = uncertainty_models.trainable_params(model)
     return result, arrays
@@ -311,6 +338,9 @@ _COLUMNS = {"classification": {"accuracy": "accuracy", "nll": "NLL", "ece": "ECE
                            "auroc_total": "AUROC std", "auroc_epistemic": "AUROC epist."}}
 
 
+_RECALIBRATION = {"temperature": "temperature", "std_scale": "std scale"}
+
+
 def summary_markdown(results):
     """Markdown: one table per task (mean ± std over seeds) and the goal check."""
     seeds = len(results["config"]["seeds"])
@@ -321,6 +351,7 @@ def summary_markdown(results):
         first = next(iter(entry["models"].values()))["mean"]
         kind = "regression" if "rmse" in first else "classification"
         columns = {k: v for k, v in _COLUMNS[kind].items() if k in first}
+        columns.update({k: v for k, v in _RECALIBRATION.items() if k in first})
         columns.update(train_seconds="train s", train_time_ratio="time ÷ twin",
                        param_ratio="params ÷ twin")
         lines += [f"**{task}**", "", "| model | " + " | ".join(columns.values()) + " |",
@@ -381,6 +412,11 @@ def load_config(presets=(), overrides=()):
         raise yaml_config.ConfigError(f"unknown models {unknown}; known models: {known}")
     if not config["seeds"]:
         raise yaml_config.ConfigError("seeds: expected at least one seed, received []")
+    fraction = config["recalibration"]
+    if fraction is not None and (isinstance(fraction, bool) or not isinstance(
+            fraction, (int, float)) or not 0 < fraction < 1):
+        raise yaml_config.ConfigError(
+            f"recalibration: expected null or a fraction in (0, 1), received {fraction!r}")
     return config
 
 

@@ -17,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 AGENT_STACK = AGENT_MODULES + ("dm_env", "pygame", "gym", "imageio_ffmpeg")
 # The layer library and the TF-only modules built on it.
 LIBRARY_MODULES = ("bayes_planet", "bayes_planet.layers", "bayes_planet.uncertainty_metrics",
+                   "bayes_planet.recalibration",
                    "bayes_planet.networks", "bayes_planet.export", "bayes_planet.testing",
                    "bayes_planet.planners")
 

@@ -223,3 +223,40 @@ def test_factor_initializers_reach_the_ensemble_layers(family):
         values = np.concatenate(factors)
         on_signs = np.mean(np.isclose(np.abs(values), 1.0, atol=1e-3))
         assert on_signs < 0.1 if near_one else on_signs == 1.0, (model_name, on_signs)
+
+
+def test_recalibration_holds_out_data_and_fits_one_scalar_per_model(tmp_path, monkeypatch):
+    """``recalibration=0.2``: every model trains on 80 % of the training set (the dataset
+    size its KL sees) and reports the temperature / std scale fitted on the rest."""
+    sizes = []
+    fit = uncertainty_models.fit
+
+    def recording_fit(model, data, *args, **kwargs):
+        sizes.append((len(data["x_train"]), len(data.get("x_val", ()))))
+        return fit(model, data, *args, **kwargs)
+
+    monkeypatch.setattr(uncertainty_models, "fit", recording_fit)
+    results = uncertainty.main(["--quick", "--out", str(tmp_path), "--set", "recalibration=0.2",
+                                "--set", "tasks=[mlp/digits,mlp/diabetes]",
+                                "--set", "models=[deterministic,flipout]"])
+    full = len(uncertainty.load_data("mlp", "digits", 0, results["config"]["datasets"])["x_train"])
+    assert sizes[0] == (full - round(0.2 * full), round(0.2 * full))
+    for task, key in (("mlp/digits", "temperature"), ("mlp/diabetes", "std_scale")):
+        for name, entry in results["tasks"][task]["models"].items():
+            value = entry["per_seed"][0][key]
+            assert 0.01 <= value <= 100 and value != 1.0, (task, name, value)
+    assert "temperature" in (tmp_path / "summary.md").read_text()
+    with pytest.raises(ConfigError, match="recalibration: .* received 1.5"):
+        uncertainty.load_config([], ["recalibration=1.5"])
+    with pytest.raises(ConfigError, match="received True"):
+        uncertainty.load_config([], ["recalibration=true"])
+
+
+def test_hold_out_is_a_seeded_disjoint_split():
+    data = {"x_train": np.arange(50.0)[:, None], "y_train": np.arange(50), "x_test": None}
+    a, b = uncertainty.hold_out(data, 0.2, 3), uncertainty.hold_out(data, 0.2, 3)
+    assert len(a["x_val"]) == 10 and len(a["x_train"]) == 40
+    assert sorted(np.concatenate([a["y_train"], a["y_val"]]).tolist()) == list(range(50))
+    np.testing.assert_array_equal(a["y_val"], b["y_val"])
+    assert not np.array_equal(uncertainty.hold_out(data, 0.2, 4)["y_val"], a["y_val"])
+    np.testing.assert_array_equal(a["x_train"][:, 0], a["y_train"])  # pairs kept together
