@@ -73,6 +73,8 @@ def upgrade(data):
       section without the key gets ``normalize_obs: false``.
     * before ``model.ensemble_size`` existed, no transition was an ensemble: a model section
       without the key gets the default (read by ensemble estimators only).
+    * before ``value.replay_weight`` existed, the critic learned from imagined rollouts only:
+      a value section without the key gets ``replay_weight: 0.0``.
 
     Any other missing key is damage, refused by `read`.
     """
@@ -86,6 +88,8 @@ def upgrade(data):
         model["ensemble_size"] = yaml_config.load_dict(_PATH)["model"]["ensemble_size"]
     if isinstance(model, dict) and "value" not in data:  # An agent config of any layout.
         data["value"] = yaml_config.load_dict(_PATH)["value"]
+    if isinstance(data.get("value"), dict) and "replay_weight" not in data["value"]:
+        data["value"]["replay_weight"] = 0.0
     planner = data.get("planner")
     if isinstance(planner, dict) and "name" not in planner and "cem" not in planner:
         old = {key: planner.pop(key) for key in _OLD_CEM_KEYS if key in planner}
@@ -110,7 +114,8 @@ _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "train.learn
                    "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
                    "value.actor_learning_rate", "value.grad_clip")
 _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
-                       "loss.weight_kl_scale", "planner.exploration_noise", "value.actor_entropy")
+                       "loss.weight_kl_scale", "planner.exploration_noise", "value.actor_entropy",
+                       "value.replay_weight")
 #: (low, high, whether low is allowed) of floats in an interval; high is allowed.
 _INTERVALS = {"value.discount": (0.0, 1.0, False), "value.td_lambda": (0.0, 1.0, True),
               "value.target_rate": (0.0, 1.0, False)}

@@ -84,7 +84,8 @@ class Trainer:
                 step = a.model.train_step(*args)
             else:  # The value model learns from the step's posterior states.
                 step, posterior = a.model.train_step(*args, return_posterior=True)
-                step.update(a.value.train_step(posterior, seeds.tf_seed(seed, "value_step", u)))
+                step.update(a.value.train_step(posterior, seeds.tf_seed(seed, "value_step", u),
+                                               args[0]["reward"]))
             a.updates.assign_add(1)
             step = {k: float(v) for k, v in step.items()}
             if step.pop("value_finite", 1.0) < 1.0:

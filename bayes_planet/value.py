@@ -20,7 +20,12 @@ policy. `ValueModel` learns both in the RSSM's latent space, Dreamer-style (Hafn
 
       R_H = V'(s_H),   R_t = r_{t+1} + γ ((1 − λ) V'(s_{t+1}) + λ R_{t+1});
 
-* the critic regresses ``V(s_t)`` onto ``R_t`` (squared error, ``t < H``); the policy
+* the critic regresses ``V(s_t)`` onto ``R_t`` (squared error, ``t < H``) and, with
+  ``value.replay_weight > 0``, also every posterior state ``s_t`` of the replay chunk onto the
+  λ-return of the chunk's **real** rewards, bootstrapped with ``V'`` of its later posterior
+  states (``replay_weight`` times that squared error; TD-MPC learns its value from replayed
+  rewards only — the imagined targets inherit the learned reward's and transition's errors,
+  the replayed ones are the returns of the behaviour, i.e. planner, policy); the policy
   maximizes ``R_t`` by backpropagating through the learned transition and reward (Dreamer's
   analytic gradient) plus ``value.actor_entropy`` times the entropy of its Gaussian before
   the tanh; the target critic follows the critic by an exponential moving average
@@ -164,9 +169,24 @@ class ValueModel(tf.Module):
         return tf.reshape(actions, [-1, num, horizon, self.action_size])
 
     # -- learning -----------------------------------------------------------------------------
-    def _train_step(self, posterior, seed):
+    def replay_returns(self, posterior, reward):
+        """λ-returns of the replayed chunks for their posterior states ``s_0..s_{T-2}``:
+        ``[B, T-1]`` targets from the real rewards ``reward`` ``[B, T]`` (``reward[:, t]``:
+        arriving at ``s_t``, as the world model is trained; an ensemble's posterior holds the
+        batch once per member, so the rewards are tiled alike) and the target critic's
+        ``V'(s_1..s_{T-1})``."""
+        v = self.settings
+        reward = self.world_model.rssm.tile_members(reward)
+        later = {k: x[:, 1:] for k, x in posterior.items()}
+        values = self.value(later, target=True)  # [B, T-1]: V'(s_1..s_{T-1})
+        returns = lambda_returns(tf.transpose(reward[:, 1:]), tf.transpose(values),
+                                 v.discount, v.td_lambda)
+        return tf.transpose(returns)
+
+    def _train_step(self, posterior, seed, reward=None):
         """One critic and one actor update from a batch's posterior states ``[B, T, size]``
-        (`WorldModel.train_step` with ``return_posterior=True``)."""
+        (`WorldModel.train_step` with ``return_posterior=True``) and, for the replay term
+        (``value.replay_weight``), the batch's rewards ``[B, T]``."""
         v, wm = self.settings, self.world_model
         start = {k: tf.stop_gradient(
             tf.reshape(x[:, ::v.start_every], [-1, x.shape[-1]])) for k, x in posterior.items()}
@@ -184,8 +204,20 @@ class ValueModel(tf.Module):
         inputs = {k: tf.stop_gradient(tf.concat([start[k][None], s[:-1]], 0))
                   for k, s in states.items()}
         targets = tf.stop_gradient(returns)
+        replay = v.replay_weight > 0
+        if replay:
+            if reward is None:
+                raise ValueError("Expected the batch's rewards with value.replay_weight > 0. "
+                                 "Received: reward=None")
+            posterior = {k: tf.stop_gradient(x) for k, x in posterior.items()}
+            replay_targets = tf.stop_gradient(self.replay_returns(posterior, reward))
+            replay_inputs = {k: x[:, :-1] for k, x in posterior.items()}
         with tf.GradientTape() as tape:
             critic_loss = 0.5 * tf.reduce_mean(tf.square(self.value(inputs) - targets))
+            if replay:
+                replay_loss = 0.5 * tf.reduce_mean(
+                    tf.square(self.value(replay_inputs) - replay_targets))
+                critic_loss += v.replay_weight * replay_loss
         critic_grads = tape.gradient(critic_loss, critic_vars)
         critic_grads, critic_norm = tf.clip_by_global_norm(critic_grads, v.grad_clip)
         finite = tf.reduce_all(tf.math.is_finite(tf.stack(
@@ -201,5 +233,8 @@ class ValueModel(tf.Module):
             return tf.constant(True)
 
         finite = tf.cond(finite, apply, lambda: tf.constant(False))
-        return {"critic_loss": critic_loss, "actor_loss": actor_loss,
-                "value": tf.reduce_mean(targets), "value_finite": tf.cast(finite, tf.float32)}
+        metrics = {"critic_loss": critic_loss, "actor_loss": actor_loss,
+                   "value": tf.reduce_mean(targets), "value_finite": tf.cast(finite, tf.float32)}
+        if replay:
+            metrics["replay_value"] = tf.reduce_mean(replay_targets)
+        return metrics

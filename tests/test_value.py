@@ -266,3 +266,55 @@ def test_a_value_run_killed_mid_training_resumes_exactly(tmp_path):
     assert any("value" in k for k in a)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+# -- the critic's replay target (value.replay_weight) -----------------------------------------
+@pytest.mark.parametrize("estimator", ["deterministic", "rank1"])
+def test_replay_returns_are_the_lambda_returns_of_the_real_rewards(estimator):
+    """Targets of s_0..s_{T-2}: the recursion on rewards r_1..r_{T-1} (arriving at s_1..) and
+    V'(s_1..s_{T-1}); an ensemble's posterior holds the batch once per member."""
+    config, world_model, value_model = _models([f"model.estimator={estimator}",
+                                                "value.replay_weight=1.0"])
+    batch = _batch(np.random.default_rng(3))
+    embed, action = world_model.rssm.tile_members((world_model.encoder(batch["obs"]),
+                                                   batch["action"]))
+    post, _ = world_model.rssm.observe(embed, action, tf.constant([1, 2]))
+    members = world_model.rssm.ensemble_size
+    got = value_model.replay_returns(post, batch["reward"]).numpy()
+    assert got.shape == (members * 4, 7)
+    values = value_model.value({k: v[:, 1:] for k, v in post.items()}, target=True).numpy()
+    rewards = np.tile(batch["reward"].numpy(), (members, 1))
+    for row in range(members * 4):
+        want = _reference_lambda_returns(rewards[row, 1:], values[row], config.value.discount,
+                                         config.value.td_lambda)
+        np.testing.assert_allclose(got[row], want, rtol=1e-5, atol=1e-5)
+
+
+def test_replay_weight_adds_the_replay_squared_error_to_the_critic_loss():
+    """Same models, seeds and batch: critic loss(w) − critic loss(0) = w · ½ mean((V(s_t) −
+    R_t)²) over the replayed states (the loss is computed before the update)."""
+    batch = _batch(np.random.default_rng(4))
+    losses = {}
+    for w in (0.0, 2.5):
+        _, world_model, value_model = _models([f"value.replay_weight={w}"])
+        post = _posterior(world_model, batch)
+        if w:
+            targets = value_model.replay_returns(post, batch["reward"])
+            inputs = {k: v[:, :-1] for k, v in post.items()}
+            replay = 0.5 * np.mean((value_model.value(inputs).numpy() - targets.numpy()) ** 2)
+        losses[w] = value_model.train_step(post, tf.constant([1, 2]), batch["reward"])
+    assert "replay_value" not in losses[0.0] and "replay_value" in losses[2.5]
+    np.testing.assert_allclose(losses[2.5]["critic_loss"] - losses[0.0]["critic_loss"],
+                               2.5 * replay, rtol=1e-4)
+    np.testing.assert_allclose(losses[2.5]["replay_value"], targets.numpy().mean(), rtol=1e-5)
+    _, world_model, value_model = _models(["value.replay_weight=1.0"])
+    with pytest.raises(ValueError, match="reward=None"):
+        value_model.train_step(_posterior(world_model, batch), tf.constant([1, 2]))
+
+
+def test_replay_weight_is_checked_and_older_configs_get_zero():
+    with pytest.raises(config_lib.ConfigError, match=r"value.replay_weight=-1"):
+        config_lib.validate(config_lib.load(["debug"], ["value.replay_weight=-1"]))
+    data = config_lib.load(["debug", "value"]).to_dict()
+    del data["value"]["replay_weight"]
+    assert config_lib.upgrade(data)["value"]["replay_weight"] == 0.0
