@@ -106,7 +106,7 @@ class Layers:
     """Layer constructors of one model: the same calls build every model's network.
 
     ``config``: the benchmark's (``kernel_regularizer``, ``kernel_initializer``,
-    ``ensemble_size``, ``factor_initializers``, ``sngp``).
+    ``ensemble_size``, ``factor_initializers``, ``factor_regularizers``, ``sngp``).
     """
 
     def __init__(self, model, seed, dataset_size, config):
@@ -122,7 +122,7 @@ class Layers:
         if self.model in ENSEMBLE_LAYERS:  # Point-estimate kernels: their factors' priors.
             cls = layer_registry.get(family + "_ensemble", self.model)
             kwargs["ensemble_size"] = self.config["ensemble_size"]
-            kwargs.update(self.factors())
+            kwargs.update(self.factors(inspect.signature(cls).parameters))
         else:
             cls = layer_registry.get(family, self.model)
             kwargs.update(self._prior(*priors))
@@ -135,16 +135,26 @@ class Layers:
         α and γ, or None for the layers' default."""
         return self.config["factor_initializers"].get(self.model)
 
-    def factors(self):
-        """``{alpha_initializer, gamma_initializer}``: fresh instances of the configured
-        factor initializer, or ``{}`` for the layers' default."""
-        from bayes_planet.layers import initializers
+    def factor_regularizer(self):
+        """The configured prior (regularizer alias or config) of this ensemble model's
+        factors α and γ, or None for the layers' default."""
+        return self.config["factor_regularizers"].get(self.model)
 
-        config = self.factor_initializer()
-        if config is None:
-            return {}
-        return {name: initializers.get(copy.deepcopy(config))
-                for name in ("alpha_initializer", "gamma_initializer")}
+    def factors(self, parameters):
+        """Fresh instances of the configured factor initializer and prior for every factor
+        argument among ``parameters`` (a layer's: ``alpha_initializer``, ...,
+        ``recurrent_gamma_regularizer``); none for a factor setting left at null."""
+        from bayes_planet.layers import initializers, regularizers
+
+        kwargs = {}
+        for kind, config, get in (("initializer", self.factor_initializer(), initializers.get),
+                                  ("regularizer", self.factor_regularizer(), regularizers.get)):
+            if config is None:
+                continue
+            kwargs.update({name: get(copy.deepcopy(config)) for name in (
+                f"{prefix}{factor}_{kind}" for prefix in ("", "recurrent_")
+                for factor in ("alpha", "gamma")) if name in parameters})
+        return kwargs
 
     def _prior(self, *names):
         from bayes_planet.layers import initializers, regularizers
@@ -228,7 +238,8 @@ def _network(family, model, data, fcfg, seed, layers, outputs):
 
         attention, feed_forward = TRANSFORMER_LAYERS.get(model, (model, model))
         ensemble = ({"ensemble_size": layers.config["ensemble_size"],
-                     "factor_initializer": layers.factor_initializer()}
+                     "factor_initializer": layers.factor_initializer(),
+                     "factor_regularizer": layers.factor_regularizer()}
                     if model in ENSEMBLE_LAYERS else {})
         return build_transformer(
             int(data["x_train"].max()) + 1, shape[0], outputs, d_model=fcfg["d_model"],

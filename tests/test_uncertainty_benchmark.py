@@ -13,6 +13,7 @@ import tensorflow_probability as tfp
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry, uncertainty_metrics
 from bayes_planet._keras import keras
+from bayes_planet.layers import regularizers
 from bayes_planet.yaml_config import ConfigError
 from benchmarks import uncertainty, uncertainty_models
 
@@ -192,37 +193,43 @@ def test_ensemble_rows_follow_the_registry():
     assert "batch_ensemble" not in uncertainty_models.family_models("lstm")
 
 
-#: uncertainty-baselines' ``random_sign_init=-0.5`` (factor means ~ N(1, 0.5²)).
-NEAR_ONE = ("{class_name: TrainableRandomSignNormal, config: {mean_initializer: "
-            "{class_name: RandomNormal, config: {mean: 1.0, stddev: 0.5}}}}")
-
-
-@pytest.mark.parametrize("family", ["mlp", "transformer"])
-def test_factor_initializers_reach_the_ensemble_layers(family):
-    """``factor_initializers.rank1`` (a --set override) is the α and γ of every rank-1 layer,
-    the transformer's blocks included; ``batch_ensemble`` keeps its default (±1)."""
-    config = uncertainty.load_config(["quick"], [f"factor_initializers.rank1={NEAR_ONE}"])
+@pytest.mark.parametrize("family", ["mlp", "lstm", "transformer"])
+def test_factor_settings_reach_every_factor_of_the_ensemble_layers(family):
+    """``factor_initializers.rank1`` and ``factor_regularizers.rank1`` (--set overrides) are
+    every rank-1 factor's posterior and prior — the LSTM's recurrent factors and the
+    transformer's blocks included: with the ±1 start every mean is ±1 (the default's are
+    ~ N(1, 0.5²)); ``batch_ensemble`` keeps its default (±1)."""
+    config = uncertainty.load_config(["quick"], [
+        "factor_initializers.rank1=trainable_random_sign_normal",
+        "factor_regularizers.rank1=rank1_sign_mixture_kl_divergence"])
     assert config["factor_initializers"]["batch_ensemble"] is None
     if family == "mlp":
         data = _regression_data()
+    elif family == "lstm":
+        data = {"x_train": np.zeros((8, 5, 2), np.float32), "y_train": np.arange(8) % 3,
+                "x_test": np.zeros((8, 5, 2), np.float32), "y_test": np.arange(8) % 3}
     else:
         data = {"x_train": np.zeros((8, 4), np.int64), "y_train": np.arange(32) % 3,
                 "x_test": np.zeros((8, 4), np.int64), "y_test": np.arange(32) % 3}
     keras.utils.set_random_seed(0)
-    for model_name, near_one in (("rank1", True), ("batch_ensemble", False)):
+    for model_name in ("rank1", "batch_ensemble"):
         if model_name not in uncertainty_models.family_models(family):
             continue
         model = uncertainty_models.build_model(family, model_name, data,
                                                config["families"][family], 0, config)
         model(data["x_train"])
-        # rank-1: ".../alpha[/<initializer name>]/mean"; BatchEnsemble: ".../alpha".
-        pattern = re.compile(r"/(alpha|gamma)(/(.+/)?mean)?(:0)?$")
-        factors = [w.numpy().ravel() for w in model.weights
-                   if pattern.search(getattr(w, "path", w.name))]
+        # rank-1: ".../[recurrent_]alpha[/<initializer name>]/mean"; BatchEnsemble: ".../alpha".
+        pattern = re.compile(r"/(recurrent_)?(alpha|gamma)(/(.+/)?mean)?(:0)?$")
+        factors = [w for w in model.weights if pattern.search(getattr(w, "path", w.name))]
         assert factors, model_name
-        values = np.concatenate(factors)
-        on_signs = np.mean(np.isclose(np.abs(values), 1.0, atol=1e-3))
-        assert on_signs < 0.1 if near_one else on_signs == 1.0, (model_name, on_signs)
+        if family == "lstm":
+            assert any("recurrent_" in getattr(w, "path", w.name) for w in factors)
+        values = np.concatenate([w.numpy().ravel() for w in factors])
+        np.testing.assert_allclose(np.abs(values), 1.0, atol=1e-6, err_msg=model_name)
+        if model_name == "rank1":
+            priors = regularizers.kl_regularizers(model)  # rank-1 kernels have none
+            assert priors and all(
+                isinstance(r, bl.Rank1SignMixtureKLDivergence) for r in priors), priors
 
 
 def test_recalibration_holds_out_data_and_fits_one_scalar_per_model(tmp_path, monkeypatch):

@@ -197,9 +197,10 @@ def factor_regularizer(name, value):
 
 def check_factor_prior(layer_name, name, posterior, prior):
     """A one-line error naming both when ``prior`` cannot take ``posterior``: a Cauchy
-    posterior has no closed-form (in fact an infinite) KL to a normal prior."""
+    posterior has no closed-form (in fact an infinite) KL to a normal prior (or a mixture of
+    normals)."""
     if isinstance(posterior, TrainableRandomSignCauchy) and isinstance(
-            prior, regularizers.NormalKLDivergence):
+            prior, (regularizers.NormalKLDivergence, regularizers.Rank1SignMixtureKLDivergence)):
         raise ValueError(
             f"{layer_name}: a Cauchy posterior has an infinite KL divergence to a normal "
             f"prior; use '{next(iter(FACTOR_PRIORS))}'. Received: {name}_initializer="

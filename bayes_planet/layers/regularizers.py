@@ -278,6 +278,22 @@ class FanInNormalKLDivergence(KLRegularizer):
         return {"gain": self.gain, **super().get_config()}
 
 
+def _mixture_kl_bound(x, components):
+    """The closed-form bound on KL(q(w) || Σ_k π_k N(m_k, s_k²)) of `ScaleMixtureKLDivergence`
+    (mean-field over each weight's component), summed over the weight; ``components``:
+    ``(π_k, m_k, s_k)`` triples of floats. For a point mass the exact -log prior density."""
+    loc, scale = _moments(x)
+    variance = 0.0 if scale is None else tf.square(scale)
+    terms = [math.log(w) - math.log(s) - 0.5 * math.log(2 * math.pi)
+             - (variance + tf.square(loc - m)) / (2 * s * s) for w, m, s in components]
+    cross_entropy = -tf.reduce_sum(tf.reduce_logsumexp(tf.stack(terms), axis=0))
+    if scale is None:
+        return cross_entropy
+    n = tf.cast(tf.size(loc), loc.dtype)
+    entropy = tf.reduce_sum(_log_scale(x, scale)) + n * 0.5 * math.log(2 * math.pi * math.e)
+    return cross_entropy - entropy
+
+
 @_register
 class ScaleMixtureKLDivergence(KLRegularizer):
     """KL to a scale-mixture prior ``π N(0, s1²) + (1 - π) N(0, s2²)`` (Blundell et al., 2015).
@@ -333,23 +349,42 @@ class ScaleMixtureKLDivergence(KLRegularizer):
         return self.spike_stddev or self.spike_gain / math.sqrt(fan_in(x))
 
     def divergence(self, x):
-        loc, scale = _moments(x)
-        # E_q[w²]; for a point mass (MAP) the bound is the exact -log prior density.
-        second = tf.square(loc) if scale is None else tf.square(scale) + tf.square(loc)
-        terms = [math.log(w) - math.log(s) - 0.5 * math.log(2 * math.pi) - second / (2 * s * s)
-                 for w, s in ((self.mixture_weight, self.slab_stddev),
-                              (1.0 - self.mixture_weight, self.spike(x)))]
-        cross_entropy = -tf.reduce_sum(tf.reduce_logsumexp(tf.stack(terms), axis=0))
-        if scale is None:
-            return cross_entropy
-        n = tf.cast(tf.size(loc), loc.dtype)
-        entropy = tf.reduce_sum(_log_scale(x, scale)) + n * 0.5 * math.log(2 * math.pi * math.e)
-        return cross_entropy - entropy
+        return _mixture_kl_bound(x, ((self.mixture_weight, 0.0, self.slab_stddev),
+                                     (1.0 - self.mixture_weight, 0.0, self.spike(x))))
 
     def get_config(self):
         return {"mixture_weight": self.mixture_weight, "slab_stddev": self.slab_stddev,
                 "spike_stddev": self.spike_stddev, "spike_gain": self.spike_gain,
                 **super().get_config()}
+
+
+@_register
+class Rank1SignMixtureKLDivergence(KLRegularizer):
+    """KL to ``½ N(m, s²) + ½ N(−m, s²)`` (default m = 1, s = 0.1): a rank-1 factor prior for
+    random-sign starts.
+
+    `TrainableRandomSignNormal` starts each factor entry at ±1; under the default prior
+    N(1, 0.1²) (`Rank1NormalKLDivergence`) a −1 entry costs ≈ 200 nats, which buries the
+    likelihood of a small data set (``experiments/RESULTS.md`` §8c). Under this symmetric
+    prior both signs cost the same (≈ log 2 + the KL to their own component), so the members
+    can keep their sign patterns (their diversity) without paying for them. The KL to a
+    mixture is bounded as in `ScaleMixtureKLDivergence` (tight here: the components are
+    20 stddevs apart). Alias ``'rank1_sign_mixture_kl_divergence'``.
+    """
+
+    def __init__(self, mean=1.0, stddev=0.1, scale_factor=1.0, dataset_size=None):
+        super().__init__(scale_factor, dataset_size)
+        for name, value in (("mean", mean), ("stddev", stddev)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+                raise ValueError(f"Expected a positive number. Received: {name}={value!r}")
+        self.mean, self.stddev = float(mean), float(stddev)
+
+    def divergence(self, x):
+        return _mixture_kl_bound(x, ((0.5, self.mean, self.stddev),
+                                     (0.5, -self.mean, self.stddev)))
+
+    def get_config(self):
+        return {"mean": self.mean, "stddev": self.stddev, **super().get_config()}
 
 
 @_register
@@ -413,6 +448,7 @@ _ALIASES = {
     "normal_kl_divergence": NormalKLDivergence,
     "normal_kl_divergence_with_tied_mean": NormalKLDivergenceWithTiedMean,
     "rank1_normal_kl_divergence": Rank1NormalKLDivergence,
+    "rank1_sign_mixture_kl_divergence": Rank1SignMixtureKLDivergence,
     "fan_in_normal_kl_divergence": FanInNormalKLDivergence,
     "scale_mixture_kl_divergence": ScaleMixtureKLDivergence,
     "normal_empirical_bayes_kl_divergence": NormalEmpiricalBayesKLDivergence,

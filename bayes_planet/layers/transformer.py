@@ -91,6 +91,9 @@ class TransformerBlock(keras.layers.Layer):
         (alias or config; rank-1: a posterior such as ``'trainable_random_sign_normal'``,
         BatchEnsemble: a plain initializer); None keeps each layer's own default. Needs an
         ensemble choice.
+      factor_regularizer: the prior (regularizer) of the ensemble sublayers' factors α and
+        γ (alias or config, e.g. ``'rank1_sign_mixture_kl_divergence'``); None keeps each
+        layer's own default. Needs an ensemble choice.
 
     Input: ``[batch, length, d_model]``; optional ``mask`` ``[batch, length]``
     (True = real token). Output: same shape as the input.
@@ -99,7 +102,7 @@ class TransformerBlock(keras.layers.Layer):
     def __init__(self, num_heads, key_dim, ff_dim, attention="flipout",
                  feed_forward="local_reparameterization", dropout=0.0, activation="relu",
                  causal=False, seed=None, kernel_regularizer=None, ensemble_size=None,
-                 factor_initializer=None, **kwargs):
+                 factor_initializer=None, factor_regularizer=None, **kwargs):
         super().__init__(**kwargs)
         self.num_heads = check_positive_int("num_heads", num_heads)
         self.key_dim = check_positive_int("key_dim", key_dim)
@@ -117,12 +120,15 @@ class TransformerBlock(keras.layers.Layer):
         self.ensemble_size = ensemble_size
         self.factor_initializer = (None if factor_initializer is None else
                                    initializers.serialize(initializers.get(factor_initializer)))
+        self.factor_regularizer = (None if factor_regularizer is None else
+                                   regularizers.serialize(regularizers.get(factor_regularizer)))
         has_ensemble = any(_family(v, f) != f for v, f in (
             (self.attention, ATTENTION_FAMILY), (self.feed_forward, FEED_FORWARD_FAMILY)))
         if ensemble_size is not None:
             self.ensemble_size = check_positive_int("ensemble_size", ensemble_size)
         for name, value in (("ensemble_size", ensemble_size),
-                            ("factor_initializer", factor_initializer)):
+                            ("factor_initializer", factor_initializer),
+                            ("factor_regularizer", factor_regularizer)):
             if value is not None and not has_ensemble:
                 raise ValueError(
                     f"{name} needs an ensemble choice of attention or feed_forward "
@@ -151,6 +157,9 @@ class TransformerBlock(keras.layers.Layer):
             if self.factor_initializer is not None:  # fresh instances per sublayer
                 kwargs.update({name: initializers.get(copy.deepcopy(self.factor_initializer))
                                for name in ("alpha_initializer", "gamma_initializer")})
+            if self.factor_regularizer is not None:
+                kwargs.update({name: regularizers.get(copy.deepcopy(self.factor_regularizer))
+                               for name in ("alpha_regularizer", "gamma_regularizer")})
         else:
             kwargs.update(self._prior())
         if "seed" in inspect.signature(cls).parameters:
@@ -214,6 +223,7 @@ class TransformerBlock(keras.layers.Layer):
             seed=self.seed, kernel_regularizer=copy.deepcopy(self.kernel_regularizer),
             ensemble_size=self.ensemble_size,
             factor_initializer=copy.deepcopy(self.factor_initializer),
+            factor_regularizer=copy.deepcopy(self.factor_regularizer),
         )
         # The sublayers' own configs: what was set on them after they were made (e.g.
         # `set_dataset_size` on their priors) is loaded with them.
@@ -270,7 +280,8 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
                       num_layers=2, attention="flipout",
                       feed_forward="local_reparameterization", dropout=0.0, causal=False,
                       seed=None, kernel_regularizer=None, ensemble_size=None,
-                      factor_initializer=None, name="bayesian_transformer"):
+                      factor_initializer=None, factor_regularizer=None,
+                      name="bayesian_transformer"):
     """A small (Bayesian) Transformer over token sequences: per-token class logits.
 
     Token + learned position embeddings, ``num_layers`` `TransformerBlock`s with the
@@ -280,8 +291,9 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
     the plain Transformer baseline. ``kernel_regularizer`` (None: the layers'
     default prior), ``ensemble_size`` (for rank-1 blocks: ``attention='rank1'``,
     ``feed_forward='rank1'``; batches are then ``ensemble_size`` contiguous blocks, one per
-    member, see the module docstring) and ``factor_initializer`` (the ensemble layers'
-    α and γ; None: their default) are passed to every block.
+    member, see the module docstring), ``factor_initializer`` and ``factor_regularizer``
+    (the ensemble layers' α and γ posterior and prior; None: their default) are passed to
+    every block.
 
     Input: int tokens ``[batch, length]``. Output: logits
     ``[batch, length, num_classes]``. Returns a functional `keras.Model`.
@@ -295,7 +307,8 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
                              seed=_sub_seed(seed, f"block{i}"),
                              kernel_regularizer=kernel_regularizer,
                              ensemble_size=ensemble_size,
-                             factor_initializer=factor_initializer, name=f"block_{i}")(x)
+                             factor_initializer=factor_initializer,
+                             factor_regularizer=factor_regularizer, name=f"block_{i}")(x)
     logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(x)
     return keras.Model(tokens, logits, name=name)
 
