@@ -218,20 +218,28 @@ def evaluate(family, dataset, model_name, seed, config):
                   "epistemic": {k: h[0].std(0) for k, h in heads.items()}}
         arrays = None
     else:
-        if "x_val" in data:  # one temperature for every set, fitted on the held-out one
-            logits = outs.pop("validation")
-            temperature = recalibration.fit_temperature(
-                logits.reshape(len(logits), -1, logits.shape[-1]), data["y_val"].reshape(-1))
-            outs = {k: recalibration.apply_temperature(v, temperature) for k, v in outs.items()}
-            recalibrated["temperature"] = temperature
+        validation = outs.pop("validation", None)
         probs = {k: tf.nn.softmax(v).numpy().astype(np.float64) for k, v in outs.items()}
         classes = probs["test"].shape[-1]
-        test = probs["test"].reshape(len(probs["test"]), -1, classes)
+        flat = {k: p.reshape(len(p), -1, classes) for k, p in probs.items()}  # [S, N, C]
         labels = data["y_test"].reshape(-1)
-        result = metrics.classification_metrics(test, labels, config["ece_bins"])
-        scores = {"total": {k: metrics.entropy(p.mean(0)) for k, p in probs.items()},
-                  "epistemic": {k: metrics.mutual_information(p) for k, p in probs.items()}}
-        arrays = {"probs": test.mean(0), "labels": labels}
+        result = metrics.classification_metrics(flat["test"], labels, config["ece_bins"])
+        predictive = {k: p.mean(0) for k, p in flat.items()}  # [N, C]
+        if validation is not None:  # one temperature of the pooled predictive, every set
+            temperature = recalibration.fit_temperature(recalibration.predictive_log_probs(
+                validation.reshape(len(validation), -1, classes)), data["y_val"].reshape(-1))
+            predictive = {k: np.exp(recalibration.apply_temperature(
+                recalibration.predictive_log_probs(outs[k].reshape(len(outs[k]), -1, classes)),
+                temperature)) for k in outs}
+            # The recalibrated predictive's numbers; the mutual information stays the
+            # samples' (epistemic: not a property of the tempered mixture).
+            result.update({k: v for k, v in metrics.classification_metrics(
+                predictive["test"][None], labels, config["ece_bins"]).items()
+                if k != "mutual_info"})
+            recalibrated["temperature"] = temperature
+        scores = {"total": {k: metrics.entropy(p) for k, p in predictive.items()},
+                  "epistemic": {k: metrics.mutual_information(p) for k, p in flat.items()}}
+        arrays = {"probs": predictive["test"], "labels": labels}
     for name in data["ood"]:
         for kind, score in scores.items():
             result[f"auroc_{kind}_{name}"] = metrics.auroc(score["test"], score[name])
