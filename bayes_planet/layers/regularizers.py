@@ -368,8 +368,9 @@ class Rank1SignMixtureKLDivergence(KLRegularizer):
     likelihood of a small data set (``experiments/RESULTS.md`` §8c). Under this symmetric
     prior both signs cost the same (≈ log 2 + the KL to their own component), so the members
     can keep their sign patterns (their diversity) without paying for them. The KL to a
-    mixture is bounded as in `ScaleMixtureKLDivergence` (tight here: the components are
-    20 stddevs apart). Alias ``'rank1_sign_mixture_kl_divergence'``.
+    mixture is bounded as in `ScaleMixtureKLDivergence`: within log 2 per entry for a
+    posterior narrower than the components (rank-1 factors start at stddev ≈ 0.03), looser
+    for a wide one straddling both. Alias ``'rank1_sign_mixture_kl_divergence'``.
     """
 
     def __init__(self, mean=1.0, stddev=0.1, scale_factor=1.0, dataset_size=None):
