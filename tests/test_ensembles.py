@@ -306,6 +306,30 @@ def test_mc_dropout_swaps_dropout_and_shares_the_other_layers():
     assert not np.array_equal(before, base.get_weights()[0])  # training it trains the model
 
 
+def test_mc_dropout_swaps_the_dropout_of_a_functional_model():
+    """A functional model (Keras 2 and 3) gets its Dropout swapped like a Sequential one; the
+    swapped layer drops a fraction ``rate`` at inference (20,000 entries: 4 SE)."""
+    inputs = keras.Input((50,))
+    hidden = keras.layers.Dropout(0.1)(keras.layers.Dense(50, "relu")(inputs))
+    base = keras.Model(inputs, keras.layers.Dense(4)(hidden))
+    model = bl.mc_dropout(base, 3, seed=1)
+    swapped = [layer for layer in model.inner.layers if isinstance(layer, keras.layers.Dropout)]
+    assert [type(layer) for layer in swapped] == [bl.MCDropout]
+    mask = swapped[0](np.ones((400, 50), np.float32)).numpy() == 0
+    assert abs(mask.mean() - 0.1) < 4 * np.sqrt(0.1 * 0.9 / mask.size)
+
+    class Subclassed(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.drop = keras.layers.Dropout(0.1)
+
+        def call(self, x):
+            return self.drop(x)
+
+    with pytest.raises(ValueError, match="Received: model=Subclassed"):
+        bl.mc_dropout(Subclassed(), 3)
+
+
 def test_monte_carlo_fit_is_the_inner_models_fit():
     """``fit`` trains on the untiled batch: the same losses as ``inner.fit``."""
     x, y = normal_array(8, 5, seed=10), _labels(8, seed=10)

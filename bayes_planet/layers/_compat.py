@@ -605,6 +605,18 @@ def build_sublayer(layer, input_shape):
 
 # flows / ensembles (k3-flows)
 
+def is_graph_model(model):
+    """Whether ``model`` is a Sequential or functional model (a layer graph
+    ``keras.models.clone_model`` can rebuild), not a subclassed one."""
+    if isinstance(model, keras.Sequential):
+        return True
+    if not KERAS3:
+        return bool(getattr(model, "_is_graph_network", False))
+    from keras.src.models.functional import Functional  # no public API
+
+    return isinstance(model, Functional)
+
+
 def variables_writable():
     """Whether an assignment to a layer variable takes effect now: False while Keras 3 traces a
     call symbolically (``compute_output_spec`` of a functional model's construction) or runs it

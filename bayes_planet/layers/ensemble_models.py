@@ -421,8 +421,7 @@ def _swap_dropout(model, seed):
         config["seed"] = None if seed is None else seeds.int_seed(seed, "mc_dropout", next(count))
         return MCDropout.from_config(config)
 
-    if not getattr(model, "_is_graph_network", False) and not isinstance(
-            model, keras.Sequential):
+    if not _compat.is_graph_model(model):
         raise ValueError("mc_dropout swaps the Dropout layers of a Sequential or functional "
                          f"model; build a subclassed model with bl.MCDropout and wrap it in "
                          f"bl.MonteCarloModel. Received: model={type(model).__name__}")
