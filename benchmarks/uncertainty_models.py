@@ -247,17 +247,19 @@ def _network(family, model, data, fcfg, seed, layers, outputs):
             attention=attention, feed_forward=feed_forward, seed=seed,
             kernel_regularizer=None if model in BASELINES else layers.config["kernel_regularizer"],
             dropout=fcfg["dropout"] if model == "deterministic_dropout" else 0.0, **ensemble)
-    drop = [keras.layers.Dropout(fcfg["dropout"])] if model == "mc_dropout" else []
+    def drop():  # a fresh Dropout per block: Keras 2's clone_model keeps a reused one once
+        return [keras.layers.Dropout(fcfg["dropout"])] if model == "mc_dropout" else []
+
     stack = [keras.Input(shape)]
     if family == "mlp":
         for units in fcfg["hidden"]:
-            stack += [layers.dense(units, "relu")] + drop
+            stack += [layers.dense(units, "relu")] + drop()
     elif family == "cnn":
         for filters in fcfg["filters"]:
-            stack += [layers.conv(filters), keras.layers.MaxPooling2D(2, padding="same")] + drop
+            stack += [layers.conv(filters), keras.layers.MaxPooling2D(2, padding="same")] + drop()
         stack.append(keras.layers.Flatten())
     else:
-        stack += [keras.layers.RNN(layers.cell(family, fcfg["units"]))] + drop
+        stack += [keras.layers.RNN(layers.cell(family, fcfg["units"]))] + drop()
     stack.append(layers.output(outputs))
     return keras.Sequential(stack)
 

@@ -267,3 +267,18 @@ def test_hold_out_is_a_seeded_disjoint_split():
     np.testing.assert_array_equal(a["y_val"], b["y_val"])
     assert not np.array_equal(uncertainty.hold_out(data, 0.2, 4)["y_val"], a["y_val"])
     np.testing.assert_array_equal(a["x_train"][:, 0], a["y_train"])  # pairs kept together
+
+
+@pytest.mark.parametrize("family", ["mlp", "cnn"])
+def test_mc_dropout_has_a_dropout_after_every_block(family):
+    """One MCDropout per hidden block in the swapped twin, on both stacks (a single Dropout
+    instance reused in every block became one dropout on Keras 2 and two on Keras 3)."""
+    config = uncertainty.load_config(["quick"], ["families.mlp.hidden=[4, 4]",
+                                                 "families.cnn.filters=[2, 2]"])
+    data = (_regression_data() if family == "mlp" else
+            {"x_train": np.zeros((8, 8, 8, 1), np.float32), "y_train": np.arange(8) % 3,
+             "x_test": np.zeros((8, 8, 8, 1), np.float32), "y_test": np.arange(8) % 3})
+    model = uncertainty_models.build_model(family, "mc_dropout", data,
+                                           config["families"][family], 0, config)
+    drops = [layer for layer in model.inner.layers if isinstance(layer, bl.MCDropout)]
+    assert len(drops) == 2 and drops[0] is not drops[1]
