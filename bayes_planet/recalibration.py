@@ -33,6 +33,8 @@ import math
 
 import numpy as np
 
+from bayes_planet.uncertainty_metrics import mixture_log_prob
+
 __all__ = ["apply_std_scale", "apply_temperature", "fit_std_scale", "fit_temperature",
            "log_softmax", "predictive_log_probs"]
 
@@ -124,13 +126,6 @@ def apply_std_scale(means, scales, std_scale):
     return center + std_scale * (means - center), std_scale * scales
 
 
-def _regression_nll(means, scales, y):
-    log_prob = (-0.5 * math.log(2 * math.pi) - np.log(scales)
-                - 0.5 * ((y[None] - means) / scales) ** 2)
-    peak = log_prob.max(0)
-    return -np.mean(peak + np.log(np.exp(log_prob - peak).mean(0)))
-
-
 def fit_std_scale(means, scales, y, bounds=BOUNDS):
     """The factor ``s`` minimizing the NLL of `apply_std_scale`'s mixture at ``y``.
 
@@ -145,5 +140,5 @@ def fit_std_scale(means, scales, y, bounds=BOUNDS):
         raise ValueError(f"Expected scales of shape {means.shape} and y of shape "
                          f"{means.shape[1:]}. Received: scales with shape {scales.shape}, "
                          f"y with shape {y.shape}")
-    return _minimize_log(lambda s: _regression_nll(*apply_std_scale(means, scales, s), y),
-                         bounds)
+    return _minimize_log(
+        lambda s: -np.mean(mixture_log_prob(y, *apply_std_scale(means, scales, s))), bounds)

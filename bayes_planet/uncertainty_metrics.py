@@ -24,6 +24,7 @@ __all__ = [
     "expected_calibration_error",
     "gaussian_nll",
     "mixture_cdf",
+    "mixture_log_prob",
     "mutual_information",
     "regression_metrics",
     "reliability_bins",
@@ -105,6 +106,17 @@ def mixture_cdf(y, means, scales):
     return ndtr(z).mean(0)
 
 
+def mixture_log_prob(y, means, scales):
+    """Log density at ``y`` (``[N]``) of the equal-weight mixture of ``N(means_s, scales_s²)``
+    (``[S, N]``), ``[N]``, float64 (log-sum-exp over the samples)."""
+    means, scales = np.asarray(means, np.float64), np.asarray(scales, np.float64)
+    y = np.asarray(y, np.float64)
+    log_prob = (-0.5 * math.log(2 * math.pi) - np.log(scales)
+                - 0.5 * ((y[None] - means) / scales) ** 2)
+    peak = log_prob.max(0)
+    return peak + np.log(np.exp(log_prob - peak).mean(0))
+
+
 def regression_metrics(means, scales, y, interval=0.9, y_scale=1.0):
     """RMSE, NLL, central-interval coverage and stds of a Gaussian-mixture predictive.
 
@@ -119,10 +131,7 @@ def regression_metrics(means, scales, y, interval=0.9, y_scale=1.0):
     """
     means, scales = np.asarray(means, np.float64), np.asarray(scales, np.float64)
     y = np.asarray(y, np.float64)
-    log_prob = (-0.5 * math.log(2 * math.pi) - np.log(scales)
-                - 0.5 * ((y[None] - means) / scales) ** 2)
-    peak = log_prob.max(0)
-    log_mix = peak + np.log(np.exp(log_prob - peak).mean(0))
+    log_mix = mixture_log_prob(y, means, scales)
     cdf = mixture_cdf(y, means, scales)
     tail = (1.0 - interval) / 2.0
     mean = means.mean(0)
