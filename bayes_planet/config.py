@@ -14,7 +14,7 @@ import copy
 import math
 import pathlib
 
-from bayes_planet import layer_registry, yaml_config
+from bayes_planet import _startup, layer_registry, yaml_config
 from bayes_planet.yaml_config import Config, ConfigError
 
 __all__ = [
@@ -54,6 +54,8 @@ def read(path):
 
 # -- older layouts of the agent's config ---------------------------------------------------------
 _OLD_CEM_KEYS = ("candidates", "top_k", "iterations")
+#: The rank-1 layers' factor posterior and prior before ``model.factor_posterior`` existed.
+_OLD_RANK1_FACTORS = ("trainable_rank1_normal", "rank1_normal_kl_divergence")
 
 
 def upgrade(data):
@@ -75,6 +77,9 @@ def upgrade(data):
       without the key gets the default (read by ensemble estimators only).
     * before ``value.replay_weight`` existed, the critic learned from imagined rollouts only:
       a value section without the key gets ``replay_weight: 0.0``.
+    * before ``model.factor_posterior``/``factor_prior`` existed, a rank-1 transition took
+      the layers' default of that time: a model section without them gets
+      ``trainable_rank1_normal`` / ``rank1_normal_kl_divergence`` (that default, not today's).
 
     Any other missing key is damage, refused by `read`.
     """
@@ -88,6 +93,8 @@ def upgrade(data):
         model["ensemble_size"] = yaml_config.load_dict(_PATH)["model"]["ensemble_size"]
     if isinstance(model, dict) and "value" not in data:  # An agent config of any layout.
         data["value"] = yaml_config.load_dict(_PATH)["value"]
+    if isinstance(model, dict) and not {"factor_posterior", "factor_prior"} & model.keys():
+        model["factor_posterior"], model["factor_prior"] = _OLD_RANK1_FACTORS
     if isinstance(data.get("value"), dict) and "replay_weight" not in data["value"]:
         data["value"]["replay_weight"] = 0.0
     planner = data.get("planner")
@@ -126,6 +133,37 @@ _CHOICES = {
     "model.weight_prior": ("normal", "scale_mixture"),
     "strategy": ("none", "mirrored", "multi_worker", "tpu"),
 }
+
+
+def _check_factors(model):
+    """A `ConfigError` naming the key unless ``model.factor_posterior`` is a rank-1 factor
+    posterior and ``model.factor_prior`` a KL prior it can take (`ensemble.check_factor_prior`)."""
+    posterior, prior = model["factor_posterior"], model["factor_prior"]
+    # The layer library needs TensorFlow: checked last, so every other key fails fast.
+    _startup.quiet_import("tensorflow")
+    from bayes_planet.layers import ensemble, initializers, regularizers
+
+    try:
+        resolved = ensemble.factor_initializer("model.factor_posterior", posterior)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not isinstance(resolved, initializers.DistributionInitializer):
+        raise ConfigError("Expected a trainable distribution initializer, e.g. "
+                          f"'{_OLD_RANK1_FACTORS[0]}'. Received: model.factor_posterior="
+                          f"{posterior!r}")
+    try:
+        kl = ensemble.factor_regularizer("model.factor_prior", prior)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not isinstance(kl, regularizers.KLRegularizer):
+        raise ConfigError(f"Expected a KL regularizer, e.g. '{_OLD_RANK1_FACTORS[1]}'. "
+                          f"Received: model.factor_prior={prior!r}")
+    try:
+        ensemble.check_factor_prior("model.factor_posterior", "factor", resolved, kl)
+    except ValueError as e:
+        reason = str(e).split(". Received:")[0]
+        raise ConfigError(f"{reason}. Received: model.factor_posterior={posterior!r}, "
+                          f"model.factor_prior={prior!r}") from None
 
 
 def _get(data, path):
@@ -206,4 +244,5 @@ def validate(config):
         raise ConfigError(f"model.bayesian_gru=True has no {data['model']['estimator']} cell; "
                           f"use model.estimator in {list(cells[1:])}. Received: "
                           f"model.estimator={data['model']['estimator']!r}")
+    _check_factors(data["model"])
     return config

@@ -30,9 +30,9 @@ the other estimators). `tile_members` copies a batch once per member (``[B, ...]
 [E·B, ...]``) and `split_members` separates the members' rows (``[E·B, ...] -> [E, B,
 ...]``): the world model trains each member on the whole batch (tiled, as
 uncertainty-baselines does), the planner scores every candidate under every member.
-Rank-1 layers carry the KL of their factors α, γ only (prior N(1, 0.1²), the layers'
-default; ``weight_prior`` is the mean-field layers' kernel prior); BatchEnsemble has no
-KL. A rank-1 GRU cell (``bayesian_gru``) is `bayes_planet.layers.GRUCellRank1`; there is
+Rank-1 layers carry the KL of their factors α, γ only (posterior and prior:
+``model.factor_posterior`` / ``factor_prior``; ``weight_prior`` is the mean-field layers'
+kernel prior); BatchEnsemble has no KL. A rank-1 GRU cell (``bayesian_gru``) is `bayes_planet.layers.GRUCellRank1`; there is
 no BatchEnsemble cell.
 """
 
@@ -72,14 +72,14 @@ def make_weight_prior(kind, stddev):
                      f"Received: weight_prior={kind!r}")
 
 
-def dense_factory(estimator, make_prior=None, seed=0, ensemble_size=1):
+def dense_factory(estimator, make_prior=None, seed=0, ensemble_size=1, factors=None):
     """A ``(units, activation, name) -> layer`` factory for the chosen estimator.
 
     Mean-field Bayesian layers get ``make_prior()`` (e.g. a `make_weight_prior`) as kernel
     regularizer; ensemble layers (``'rank1'``, ``'batch_ensemble'``) get ``ensemble_size``
-    members and keep their own factor prior (rank-1: N(1, 0.1²) on α and γ; the shared
-    kernel is a point estimate). Layers that draw noise get a seed from the stream
-    ``layer_noise(layer)`` of ``seed``.
+    members (the shared kernel is a point estimate); rank-1 layers get ``factors``, a
+    ``(posterior, prior)`` pair of aliases for α and γ (None: the layers' defaults). Layers
+    that draw noise get a seed from the stream ``layer_noise(layer)`` of ``seed``.
     """
     if estimator not in ESTIMATORS:
         raise ValueError(f"Unknown estimator. Expected one of {sorted(ESTIMATORS)}. "
@@ -98,12 +98,24 @@ def dense_factory(estimator, make_prior=None, seed=0, ensemble_size=1):
             return keras.layers.Dense(units, activation, name=name)
         noise = {"seed": seeds.int_seed(seed, "layer_noise", _layer_index(name))}
         if ensemble:
+            rank1 = issubclass(cls, BayesianLayer)  # BatchEnsemble: no noise, no posterior
             return cls(units, activation=activation, name=name, ensemble_size=ensemble_size,
-                       **(noise if issubclass(cls, BayesianLayer) else {}))
+                       **(dict(noise, **_factor_arguments(factors, ("alpha", "gamma")))
+                          if rank1 else {}))
         return cls(units, activation=activation, name=name, kernel_regularizer=make_prior(),
                    **noise)
 
     return make
+
+
+def _factor_arguments(factors, names):
+    """``{<name>_initializer: posterior, <name>_regularizer: prior}`` for each factor name
+    (``{}`` for ``factors`` None)."""
+    if factors is None:
+        return {}
+    posterior, prior = factors
+    return {key: value for name in names for key, value in (
+        (f"{name}_initializer", posterior), (f"{name}_regularizer", prior))}
 
 
 class RSSM(keras.layers.Layer):
@@ -119,8 +131,10 @@ class RSSM(keras.layers.Layer):
         estimator is not deterministic, the GRU cell is
         `bayes_planet.layers.GRUCellReparameterization`/`GRUCellFlipout`; there is no
         local-reparameterization cell, so that combination raises a ValueError),
-        ``weight_prior`` (``'normal'`` or ``'scale_mixture'``, see `make_weight_prior`) and
-        ``weight_prior_stddev`` (s, the N(0, s²) prior's stddev, the scale mixture's slab).
+        ``weight_prior`` (``'normal'`` or ``'scale_mixture'``, see `make_weight_prior`),
+        ``weight_prior_stddev`` (s, the N(0, s²) prior's stddev, the scale mixture's slab),
+        ``ensemble_size`` and, for ``'rank1'``, ``factor_posterior`` / ``factor_prior``
+        (the factors' posterior and KL prior, aliases).
       seed: seeds the Bayesian layers' noise (one seed per layer derived from it).
     """
 
@@ -138,18 +152,19 @@ class RSSM(keras.layers.Layer):
         self.ensemble_size = model["ensemble_size"] if ensemble else 1
         self.deter_size, self.stoch_size = deter, stoch
         self.min_stddev, self.estimator = model["min_stddev"], estimator
-        bayes = dense_factory(estimator, prior, seed, self.ensemble_size)
+        factors = (model["factor_posterior"], model["factor_prior"])
+        bayes = dense_factory(estimator, prior, seed, self.ensemble_size, factors)
         plain = dense_factory("deterministic")
         self.transition_in = bayes(hidden, "relu", "transition_in")
         self.cell = self._make_cell(deter, estimator, bayesian_gru, seed, prior,
-                                    self.ensemble_size)
+                                    self.ensemble_size, factors)
         self.prior_hidden = bayes(hidden, "relu", "prior_hidden")
         self.prior_stats = bayes(2 * stoch, None, "prior_stats")
         self.post_hidden = plain(hidden, "relu", "posterior_hidden")
         self.post_stats = plain(2 * stoch, None, "posterior_stats")
 
     @staticmethod
-    def _make_cell(deter, estimator, bayesian_gru, seed, make_prior, ensemble_size):
+    def _make_cell(deter, estimator, bayesian_gru, seed, make_prior, ensemble_size, factors):
         if not bayesian_gru or estimator == "deterministic":
             return keras.layers.GRUCell(deter, name="gru")
         family = layer_registry.family_for("gru_cell", estimator)
@@ -159,7 +174,8 @@ class RSSM(keras.layers.Layer):
             # Rank-1: its own factor priors. A draw per step, which `fixed_noise` (around
             # every rollout) makes the same draw at every step, as for the dense layers.
             return cls(deter, name="gru", seed=noise_seed, ensemble_size=ensemble_size,
-                       sampling="step")
+                       sampling="step", **_factor_arguments(factors, (
+                           "alpha", "gamma", "recurrent_alpha", "recurrent_gamma")))
         return cls(deter, name="gru", seed=noise_seed,
                    kernel_regularizer=make_prior(), recurrent_regularizer=make_prior())
 

@@ -13,6 +13,7 @@ from tf_agents.environments import tf_py_environment
 
 from bayes_planet import config as config_lib
 from bayes_planet import envs
+from bayes_planet import layers as bl
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv
 from bayes_planet.layers import posterior_mean
 from bayes_planet.layers.base import moments
@@ -193,6 +194,62 @@ def test_a_config_without_ensemble_size_reads_with_the_default():
     del data["model"]["ensemble_size"]
     read = config_lib.parse(yaml.safe_dump(data))
     assert read.model.ensemble_size == config_lib.load().model.ensemble_size
+
+
+def test_a_config_without_factor_settings_reads_with_the_old_layer_default():
+    """Runs started before ``model.factor_posterior``/``factor_prior`` existed took the rank-1
+    layers' default of that time (means near 1, prior N(1, 0.1²)): read back with it, not
+    with whatever the layers' default is today."""
+    data = config_lib.load(["debug"]).to_dict()
+    del data["model"]["factor_posterior"], data["model"]["factor_prior"]
+    read = config_lib.parse(yaml.safe_dump(data))
+    assert (read.model.factor_posterior, read.model.factor_prior) == (
+        "trainable_rank1_normal", "rank1_normal_kl_divergence")
+
+
+@pytest.mark.parametrize("bayesian_gru", [False, True])
+def test_the_factor_settings_reach_every_rank1_layer_of_the_transition(bayesian_gru):
+    """``model.factor_posterior``/``factor_prior`` set α, γ (and the GRU cell's recurrent
+    factors) of every rank-1 transition layer; the agent's default is the setting it was
+    measured with, not the layers' own default."""
+    model = config_lib.load(["debug"]).model.to_dict()
+    default = RSSM(dict(model, estimator="rank1", bayesian_gru=bayesian_gru))
+    signs = RSSM(dict(model, estimator="rank1", bayesian_gru=bayesian_gru,
+                      factor_posterior="trainable_random_sign_normal",
+                      factor_prior="rank1_sign_mixture_kl_divergence"))
+    names = ["alpha", "gamma"] + (["recurrent_alpha", "recurrent_gamma"] if bayesian_gru else [])
+    for rssm, posterior, prior in ((default, bl.TrainableRank1Normal,
+                                    bl.Rank1NormalKLDivergence),
+                                   (signs, bl.TrainableRandomSignNormal,
+                                    bl.Rank1SignMixtureKLDivergence)):
+        layers = [rssm.transition_in, rssm.prior_hidden, rssm.prior_stats] + (
+            [rssm.cell] if bayesian_gru else [])
+        for layer in layers:
+            for name in (names if layer is rssm.cell else ["alpha", "gamma"]):
+                assert type(getattr(layer, f"{name}_initializer")) is posterior, (layer, name)
+                assert type(getattr(layer, f"{name}_regularizer")) is prior, (layer, name)
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["model.factor_posterior=zeros"], "Expected a trainable distribution initializer, e.g. "
+     "'trainable_rank1_normal'. Received: model.factor_posterior='zeros'"),
+    (["model.factor_prior=l2"], "Expected a KL regularizer, e.g. 'rank1_normal_kl_divergence'. "
+     "Received: model.factor_prior='l2'"),
+    (["model.factor_posterior=trainable_cauchy"], "model.factor_posterior: a Cauchy posterior "
+     "has an infinite KL divergence to a normal prior; use 'rank1_cauchy_kl_divergence'. "
+     "Received: model.factor_posterior='trainable_cauchy', "
+     "model.factor_prior='rank1_normal_kl_divergence'"),
+])
+def test_bad_factor_settings_are_one_line_config_errors(sets, message):
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.validate(config_lib.load(["debug"], sets))
+    assert str(info.value) == message
+
+
+def test_an_unknown_factor_posterior_names_the_key():
+    with pytest.raises(config_lib.ConfigError, match=r"^Unknown model\.factor_posterior\. .*"
+                                                     r"Received: model\.factor_posterior='nope'$"):
+        config_lib.validate(config_lib.load(["debug"], ["model.factor_posterior=nope"]))
 
 
 @pytest.fixture(scope="module")

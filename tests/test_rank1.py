@@ -112,7 +112,9 @@ def test_rank1_samples_per_example_around_the_mean():
 
 
 def test_rank1_kl_is_the_closed_form_to_n_1_0_1():
-    layer = bl.DenseRank1(4, ensemble_size=3, seed=0)
+    layer = bl.DenseRank1(4, ensemble_size=3, seed=0,
+                          alpha_regularizer="rank1_normal_kl_divergence",
+                          gamma_regularizer="rank1_normal_kl_divergence")
     layer(normal_array(6, 5))
     expected = sum(normal_kl([layer.alpha, layer.gamma], 1.0, 0.1))
     np.testing.assert_allclose(float(tf.add_n(layer.losses)), expected, rtol=1e-5)
@@ -120,13 +122,45 @@ def test_rank1_kl_is_the_closed_form_to_n_1_0_1():
     assert all(k > 0 for k in kls)
 
 
-def test_default_factor_posterior_starts_near_one():
-    """The default α, γ posterior (`TrainableRank1Normal`): means ~ N(1, 0.5²) (moments of
-    4 × 200 entries, tolerance 4 standard errors), stddev ≈ 0.032, per-member draws that
-    differ, seeded (the same seed: the same means), reloaded from its config."""
+def test_rank1_default_kl_is_the_sign_mixture_bound_of_both_factors():
+    layer = bl.DenseRank1(4, ensemble_size=3, seed=0)
+    layer(normal_array(6, 5))
+    prior = bl.Rank1SignMixtureKLDivergence()
+    expected = float(prior(layer.alpha)) + float(prior(layer.gamma))
+    np.testing.assert_allclose(float(tf.add_n(layer.losses)), expected, rtol=1e-5)
+    assert len(layer.losses) == 2 and all(float(v) > 0 for v in layer.losses)
+
+
+def test_default_factors_start_at_random_signs_under_the_sign_mixture_prior():
+    """The default α, γ posterior (`TrainableRandomSignNormal`): means ±1, each sign with
+    probability ½ (4 × 200 entries, 4 standard errors), stddev ≈ 0.032, per-member sign
+    patterns that differ; its prior the symmetric `Rank1SignMixtureKLDivergence`, under which
+    a −1 entry costs what a +1 entry does."""
     layer = bl.DenseRank1(200, ensemble_size=4, seed=0)
     layer(normal_array(4, 200))
-    assert isinstance(layer.gamma_initializer, bl.TrainableRank1Normal)
+    assert type(layer.gamma_initializer) is bl.TrainableRandomSignNormal
+    assert type(layer.alpha_regularizer) is bl.Rank1SignMixtureKLDivergence
+    means = layer.gamma.loc().numpy()
+    np.testing.assert_array_equal(np.abs(means), 1.0)
+    assert abs(np.mean(means > 0) - 0.5) < 4 * 0.5 / np.sqrt(means.size)
+    assert np.any(means[0] != means[1])
+    np.testing.assert_allclose(np.median(layer.gamma.scale().numpy()),
+                               initializers.RANK1_INITIAL_STDDEV, rtol=0.05)
+    kl = float(layer.gamma_regularizer(layer.gamma))
+    layer.gamma.mean.assign(-means)  # every sign flipped: the same KL
+    np.testing.assert_allclose(float(layer.gamma_regularizer(layer.gamma)), kl, rtol=1e-5)
+    # ≈ log 2 + 0.69 nats per entry, against ≈ 100 per entry (200 per −1) under N(1, 0.1²).
+    assert kl < 0.05 * float(bl.Rank1NormalKLDivergence()(layer.gamma))
+
+
+def test_near_one_factor_posterior_starts_near_one():
+    """`TrainableRank1Normal` (the earlier default, the agent's rank-1 setting): means
+    ~ N(1, 0.5²) (moments of 4 × 200 entries, tolerance 4 standard errors), stddev ≈ 0.032,
+    per-member draws that differ, seeded (the same seed: the same means), reloaded from its
+    config."""
+    layer = bl.DenseRank1(200, ensemble_size=4, seed=0, gamma_initializer="trainable_rank1_normal")
+    layer(normal_array(4, 200))
+    assert type(layer.gamma_initializer) is bl.TrainableRank1Normal
     means = layer.gamma.loc().numpy()
     assert abs(means.mean() - 1.0) < 4 * 0.5 / np.sqrt(means.size)
     assert abs(means.std() - 0.5) < 4 * 0.5 / np.sqrt(2 * means.size)
@@ -352,8 +386,12 @@ def test_cauchy_bad_names_and_priors_are_one_line():
     with pytest.raises(ValueError, match=r"infinite KL divergence to a normal prior; use "
                                          r"'rank1_cauchy_kl_divergence'\. Received: "
                                          r"alpha_initializer=TrainableRandomSignCauchy, "
-                                         r"alpha_regularizer=Rank1NormalKLDivergence$"):
+                                         r"alpha_regularizer=Rank1SignMixtureKLDivergence$"):
         bl.DenseRank1(3, alpha_initializer="trainable_cauchy")
+    with pytest.raises(ValueError, match=r"Received: alpha_initializer=TrainableRandomSignCauchy, "
+                                         r"alpha_regularizer=Rank1NormalKLDivergence$"):
+        bl.DenseRank1(3, alpha_initializer="trainable_cauchy",
+                      alpha_regularizer="rank1_normal_kl_divergence")
     with pytest.raises(ValueError, match=r"^Expected a positive prior scale\. "
                                          r"Received: scale=0\.0$"):
         Rank1CauchyKLDivergence(scale=0.0)

@@ -182,12 +182,19 @@ def test_rank1_noise_per_example_and_per_member(cls):
 
 @pytest.mark.parametrize("cls", RANK1)
 def test_rank1_kl_is_the_closed_form_to_n_1_0_1(cls):
-    layer = cls(4, 3, ensemble_size=3, seed=0)
+    layer = cls(4, 3, ensemble_size=3, seed=0, alpha_regularizer="rank1_normal_kl_divergence",
+                gamma_regularizer="rank1_normal_kl_divergence")
     layer(normal_array(6, *_spatial(cls), 5))
     expected = normal_kl([layer.alpha, layer.gamma], 1.0, 0.1)
     assert [w.weight_shape.as_list() for w in (layer.alpha, layer.gamma)] == [[3, 5], [3, 4]]
     np.testing.assert_allclose([float(v) for v in layer.losses], expected, rtol=1e-5)
     assert all(k > 0 for k in expected)
+    default = cls(4, 3, ensemble_size=3, seed=0)  # the sign-mixture bound
+    default(normal_array(6, *_spatial(cls), 5))
+    prior = bl.Rank1SignMixtureKLDivergence()
+    np.testing.assert_allclose([float(v) for v in default.losses],
+                               [float(prior(default.alpha)), float(prior(default.gamma))],
+                               rtol=1e-5)
 
 
 def test_rank1_noise_is_seeded():

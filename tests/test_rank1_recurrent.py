@@ -251,9 +251,19 @@ def test_fixed_noise_and_scan():
 
 
 def test_kl_is_the_closed_form_to_n_1_0_1():
-    cell = bl.LSTMCellRank1(3, ensemble_size=2, seed=0)
+    cell = bl.LSTMCellRank1(3, ensemble_size=2, seed=0,
+                            **{f"{name}_regularizer": "rank1_normal_kl_divergence" for name in FACTORS})
     cell.build((None, 5))
     expected = sum(normal_kl([getattr(cell, name) for name in FACTORS], 1.0, 0.1))
+    np.testing.assert_allclose(float(tf.add_n(cell.losses)), expected, rtol=1e-5)
+    assert len(cell.losses) == 4 and all(float(k) > 0 for k in cell.losses)
+
+
+def test_default_kl_is_the_sign_mixture_bound_of_every_factor():
+    cell = bl.LSTMCellRank1(3, ensemble_size=2, seed=0)
+    cell.build((None, 5))
+    prior = bl.Rank1SignMixtureKLDivergence()
+    expected = sum(float(prior(getattr(cell, name))) for name in FACTORS)
     np.testing.assert_allclose(float(tf.add_n(cell.losses)), expected, rtol=1e-5)
     assert len(cell.losses) == 4 and all(float(k) > 0 for k in cell.losses)
 
@@ -337,5 +347,5 @@ def test_cauchy_factors():
     assert type(clone.recurrent_gamma_initializer) is type(cell.recurrent_gamma_initializer)
     with pytest.raises(ValueError, match=r"Received: recurrent_alpha_initializer="
                                          r"TrainableRandomSignCauchy, recurrent_alpha_"
-                                         r"regularizer=Rank1NormalKLDivergence$"):
+                                         r"regularizer=Rank1SignMixtureKLDivergence$"):
         bl.LSTMCellRank1(3, recurrent_alpha_initializer="trainable_cauchy")

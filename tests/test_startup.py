@@ -69,3 +69,20 @@ def test_an_import_error_inside_the_filter_is_reported_and_stderr_restored(capfd
             __import__("bayes_planet_no_such_module")
     os.write(2, b"after\n")
     assert capfd.readouterr().err == "after\n"
+
+
+def test_a_bad_config_key_fails_before_tensorflow_loads():
+    """`config.validate` checks every key that needs no TensorFlow first (the CLI's fast
+    failure); only the rank-1 factor names, checked last, load the layer library."""
+    script = ("import sys\n"
+              "from bayes_planet import config\n"
+              "try:\n"
+              "    config.validate(config.load(['debug'], ['model.deter=0']))\n"
+              "except config.ConfigError as e:\n"
+              "    print(e)\n"
+              "print('tensorflow' in sys.modules)\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300, env=_env())
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.splitlines() == [
+        "Expected a positive integer. Received: model.deter=0", "False"]

@@ -5,8 +5,9 @@ one point-estimate kernel ``W``, as `ensemble.DenseRank1` is ``Dense``: member `
 computes ``activation(einsum(x ∘ α_e, W) ∘ γ_e + b_e)``, with α ``[E, in]`` over the
 contracted input features (all contracted axes, flattened), γ ``[E, out]`` over the
 kernel's output axes (flattened) and a per-member bias ``[E, *bias shape]``. α and γ have
-a mean-field normal posterior (default `initializers.TrainableRank1Normal`) with
-their KL to N(1, 0.1²) (`regularizers.Rank1NormalKLDivergence`) in ``layer.losses``;
+a mean-field normal posterior (default `initializers.TrainableRandomSignNormal`, means
+±1) with their KL to ½ N(1, 0.1²) + ½ N(−1, 0.1²) (`regularizers.Rank1SignMixtureKLDivergence`)
+in ``layer.losses``;
 each call draws them per example (shared by the example's other axes, e.g. its
 sequence), clipped to [-10, 10] (Dusenberry et al., 2020). The equation must contract the
 trailing input axes with the leading kernel axes and append the remaining kernel axes

@@ -103,16 +103,17 @@ class Conv2DRank1(_Rank1Conv, keras.layers.Conv2D):
     A `keras.layers.Conv2D` (same arguments and shapes) whose point-estimate kernel is
     shared by ``ensemble_size`` members, each with a mean-field posterior over its
     input-channel factor α_e ``[in_channels]`` and output-channel factor γ_e ``[filters]``
-    (default: normal, means ~ N(1, 0.5²), stddev ≈ 0.032;
-    `initializers.TrainableRank1Normal`) and a point-estimate bias ``b_e``. Member
+    (default: normal, means at random signs ±1, stddev ≈ 0.032;
+    `initializers.TrainableRandomSignNormal`) and a point-estimate bias ``b_e``. Member
     ``e`` computes ``activation(conv2d(x ∘ α_e, W) ∘ γ_e + b_e)`` on block ``e`` of the
     batch (module docstring). As in edward2, each call draws α and γ per example (shared
     by the example's spatial positions), clipped to [-10, 10]; ``sampling='per_member'``
     draws them once per member (`ensemble.Rank1Ensemble`). Inside `posterior_mean` they
     are their means; `fixed_noise` and ``seed`` work as for every Bayesian layer.
 
-    The KL of α and γ to the prior (default `regularizers.Rank1NormalKLDivergence`,
-    N(1, 0.1²)) is in ``layer.losses``; kernel and bias take plain Keras regularizers.
+    The KL of α and γ to the prior (default `regularizers.Rank1SignMixtureKLDivergence`,
+    ½ N(1, 0.1²) + ½ N(−1, 0.1²)) is in ``layer.losses``; kernel and bias take plain Keras
+    regularizers.
 
     Args: as `keras.layers.Conv2D` (same order; ``groups`` must be 1), plus keyword-only
       ensemble_size: the number of members E (default 4).

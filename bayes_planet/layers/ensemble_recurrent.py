@@ -9,8 +9,8 @@ rank-1 factors and a bias: member ``e`` is the Keras cell with kernels
 ``recurrent_alpha``, ``recurrent_gamma``) and bias ``b_e``, so each step computes
 ``((x ∘ α_e) W) ∘ γ_e + ((h ∘ ρ_e) U) ∘ δ_e + b_e`` as in edward2's ``LSTMCellRank1``.
 α ``[E, in]``, γ ``[E, G·units]``, ρ ``[E, units]`` and δ ``[E, G·units]`` have a
-mean-field normal posterior (default `initializers.TrainableRank1Normal`) with
-their KL to the prior N(1, 0.1²) (`regularizers.Rank1NormalKLDivergence`) in
+mean-field normal posterior (default `initializers.TrainableRandomSignNormal`, means ±1) with
+their KL to the prior ½ N(1, 0.1²) + ½ N(−1, 0.1²) (`regularizers.Rank1SignMixtureKLDivergence`) in
 ``layer.losses``; the kernels and the per-member bias ``[E, G·units]`` (GRU with
 ``reset_after``: ``[E, 2, 3·units]``) are point estimates with plain Keras regularizers.
 
@@ -224,11 +224,11 @@ class LSTMCellRank1(_Rank1Cell, BayesianLSTMCell):
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer, recurrent_alpha_initializer,
         recurrent_gamma_initializer: the factors' posteriors (distribution initializers
-        with closed-form normal moments, default ``'trainable_rank1_normal'``, or
+        with closed-form normal moments, default ``'trainable_random_sign_normal'``, or
         ``'trainable_cauchy'`` with the ``'rank1_cauchy_kl_divergence'`` prior).
       alpha_regularizer, gamma_regularizer, recurrent_alpha_regularizer,
         recurrent_gamma_regularizer: their KL regularizers (default
-        ``'rank1_normal_kl_divergence'``, the prior N(1, 0.1²)).
+        ``'rank1_sign_mixture_kl_divergence'``, the prior ½ N(1, 0.1²) + ½ N(−1, 0.1²)).
       use_additive_perturbation: ``((x + α_e) W) + γ_e`` (and the same for the
         recurrent kernel) instead of the multiplicative factors.
       seed: int or None, for reproducible noise (positional after ``recurrent_dropout``,

@@ -231,12 +231,13 @@ class NormalKLDivergenceWithTiedMean(KLRegularizer):
 
 @_register
 class Rank1NormalKLDivergence(NormalKLDivergence):
-    """`NormalKLDivergence` whose default prior is N(1, 0.1²): the rank-1 factors' prior.
+    """`NormalKLDivergence` whose default prior is N(1, 0.1²): a rank-1 factor prior.
 
     The multiplicative factors α and γ of a rank-1 layer (`ensemble.DenseRank1`) act as
-    the identity at 1, so their prior is centred there, with the stddev 0.1 of
-    uncertainty-baselines' rank-1 recipe (Dusenberry et al., 2020). Alias
-    ``'rank1_normal_kl_divergence'``.
+    the identity at 1, so this prior is centred there, with the stddev 0.1 of
+    uncertainty-baselines' rank-1 recipe (Dusenberry et al., 2020); for factors that start
+    near 1 (`TrainableRank1Normal`). The layers' default is the symmetric
+    `Rank1SignMixtureKLDivergence` with ±1 starts. Alias ``'rank1_normal_kl_divergence'``.
     """
 
     def __init__(self, mean=1.0, stddev=0.1, scale_factor=1.0, dataset_size=None):
@@ -360,10 +361,10 @@ class ScaleMixtureKLDivergence(KLRegularizer):
 
 @_register
 class Rank1SignMixtureKLDivergence(KLRegularizer):
-    """KL to ``½ N(m, s²) + ½ N(−m, s²)`` (default m = 1, s = 0.1): a rank-1 factor prior for
-    random-sign starts.
+    """KL to ``½ N(m, s²) + ½ N(−m, s²)`` (default m = 1, s = 0.1): the rank-1 layers' default
+    factor prior, for their random-sign starts.
 
-    `TrainableRandomSignNormal` starts each factor entry at ±1; under the default prior
+    `TrainableRandomSignNormal` starts each factor entry at ±1; under the prior
     N(1, 0.1²) (`Rank1NormalKLDivergence`) a −1 entry costs ≈ 200 nats, which buries the
     likelihood of a small data set (``experiments/RESULTS.md`` §8c). Under this symmetric
     prior both signs cost the same (≈ log 2 + the KL to their own component), so the members
