@@ -115,6 +115,12 @@ def ensemble_cases(units):
         "keras Dense": lambda: keras.layers.Dense(units),
         "DenseRank1 (per example)": lambda: bl.DenseRank1(units, seed=0),
         "DenseRank1 (per member)": lambda: bl.DenseRank1(units, seed=0, sampling="per_member"),
+        # The earlier default factors: their normal KL against the sign mixture's bound.
+        "DenseRank1 (per example, N(1, 0.1²) prior)": lambda: bl.DenseRank1(
+            units, seed=0, alpha_initializer="trainable_rank1_normal",
+            gamma_initializer="trainable_rank1_normal",
+            alpha_regularizer="rank1_normal_kl_divergence",
+            gamma_regularizer="rank1_normal_kl_divergence"),
         "DenseBatchEnsemble": lambda: bl.DenseBatchEnsemble(units),
     }
 
