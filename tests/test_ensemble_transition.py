@@ -182,8 +182,16 @@ def test_ensemble_rssm_errors_are_one_line():
     (["model.estimator=batch_ensemble", "model.bayesian_gru=true"],
      "model.bayesian_gru=True has no batch_ensemble cell; use model.estimator in "
      "['reparameterization', 'flipout', 'rank1']. Received: model.estimator='batch_ensemble'"),
+    (["model.factor_posterior=zeros"], "Expected a trainable distribution initializer, e.g. "
+     "'trainable_rank1_normal'. Received: model.factor_posterior='zeros'"),
+    (["model.factor_prior=l2"], "Expected a KL regularizer, e.g. 'rank1_normal_kl_divergence'. "
+     "Received: model.factor_prior='l2'"),
+    (["model.factor_posterior=trainable_cauchy"], "model.factor_posterior: a Cauchy posterior "
+     "has an infinite KL divergence to a normal prior; use 'rank1_cauchy_kl_divergence'. "
+     "Received: model.factor_posterior='trainable_cauchy', "
+     "model.factor_prior='rank1_normal_kl_divergence'"),
 ])
-def test_bad_ensemble_settings_are_one_line_config_errors(sets, message):
+def test_bad_ensemble_and_factor_settings_are_one_line_config_errors(sets, message):
     with pytest.raises(config_lib.ConfigError) as info:
         config_lib.validate(config_lib.load(["debug"], sets))
     assert str(info.value) == message
@@ -228,22 +236,6 @@ def test_the_factor_settings_reach_every_rank1_layer_of_the_transition(bayesian_
             for name in (names if layer is rssm.cell else ["alpha", "gamma"]):
                 assert type(getattr(layer, f"{name}_initializer")) is posterior, (layer, name)
                 assert type(getattr(layer, f"{name}_regularizer")) is prior, (layer, name)
-
-
-@pytest.mark.parametrize("sets, message", [
-    (["model.factor_posterior=zeros"], "Expected a trainable distribution initializer, e.g. "
-     "'trainable_rank1_normal'. Received: model.factor_posterior='zeros'"),
-    (["model.factor_prior=l2"], "Expected a KL regularizer, e.g. 'rank1_normal_kl_divergence'. "
-     "Received: model.factor_prior='l2'"),
-    (["model.factor_posterior=trainable_cauchy"], "model.factor_posterior: a Cauchy posterior "
-     "has an infinite KL divergence to a normal prior; use 'rank1_cauchy_kl_divergence'. "
-     "Received: model.factor_posterior='trainable_cauchy', "
-     "model.factor_prior='rank1_normal_kl_divergence'"),
-])
-def test_bad_factor_settings_are_one_line_config_errors(sets, message):
-    with pytest.raises(config_lib.ConfigError) as info:
-        config_lib.validate(config_lib.load(["debug"], sets))
-    assert str(info.value) == message
 
 
 def test_an_unknown_factor_posterior_names_the_key():

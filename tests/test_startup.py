@@ -18,6 +18,12 @@ def _env():
     return env
 
 
+def _run_python(script):
+    """``script`` run by this Python as a user runs it; its completed process."""
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300, env=_env())
+
+
 def test_train_prints_no_start_up_noise(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "bayes_planet.cli", "train", "--preset", "debug", "--quiet",
@@ -38,8 +44,7 @@ def test_genuine_tensorflow_warnings_and_errors_still_reach_the_user():
               "    tf.io.read_file('/nonexistent/file')\n"
               "except tf.errors.NotFoundError:\n"
               "    pass\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=300, env=_env())
+    result = _run_python(script)
     assert result.returncode == 0, result.stderr
     # TensorFlow's C++ warning for the failed op (level W) is shown; the import noise is not.
     assert "OP_REQUIRES failed" in result.stderr and "/nonexistent/file" in result.stderr
@@ -81,8 +86,7 @@ def test_a_bad_config_key_fails_before_tensorflow_loads():
               "except config.ConfigError as e:\n"
               "    print(e)\n"
               "print('tensorflow' in sys.modules)\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=300, env=_env())
+    result = _run_python(script)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.splitlines() == [
         "Expected a positive integer. Received: model.deter=0", "False"]
