@@ -32,8 +32,8 @@ the other estimators). `tile_members` copies a batch once per member (``[B, ...]
 uncertainty-baselines does), the planner scores every candidate under every member.
 Rank-1 layers carry the KL of their factors α, γ only (posterior and prior:
 ``model.factor_posterior`` / ``factor_prior``; ``weight_prior`` is the mean-field layers'
-kernel prior); BatchEnsemble has no KL. A rank-1 GRU cell (``bayesian_gru``) is `bayes_planet.layers.GRUCellRank1`; there is
-no BatchEnsemble cell.
+kernel prior); BatchEnsemble has no KL. A rank-1 GRU cell (``bayesian_gru``) is
+`bayes_planet.layers.GRUCellRank1`; there is no BatchEnsemble cell.
 """
 
 import functools

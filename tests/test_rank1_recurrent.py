@@ -252,7 +252,8 @@ def test_fixed_noise_and_scan():
 
 def test_kl_is_the_closed_form_to_n_1_0_1():
     cell = bl.LSTMCellRank1(3, ensemble_size=2, seed=0,
-                            **{f"{name}_regularizer": "rank1_normal_kl_divergence" for name in FACTORS})
+                            **{f"{name}_regularizer": "rank1_normal_kl_divergence"
+                               for name in FACTORS})
     cell.build((None, 5))
     expected = sum(normal_kl([getattr(cell, name) for name in FACTORS], 1.0, 0.1))
     np.testing.assert_allclose(float(tf.add_n(cell.losses)), expected, rtol=1e-5)

@@ -19,13 +19,14 @@ assertion when the batch size is only known at run time). Inputs may have middle
 ``(E·b, ..., in)``; the factors then apply to every position of an example.
 
 Factor posteriors: factorized normal (default) or, as an option, Cauchy
-(``alpha_initializer='trainable_cauchy'`` with ``alpha_regularizer='rank1_cauchy_kl_divergence'``,
-prior Cauchy(1, 0.1), KL in closed form: a Cauchy's KL to a normal prior is infinite, so that
-pairing is refused). The default means start at random signs ±1 (edward2's and
-uncertainty-baselines' start, `initializers.TrainableRandomSignNormal`, stddev ≈ 0.032) under
-the symmetric prior ½ N(1, 0.1²) + ½ N(−1, 0.1²) (`regularizers.Rank1SignMixtureKLDivergence`),
-which charges both signs alike: the members start diverse and the KL does not pull the −1
-entries to +1. The earlier default, means near 1 (~ N(1, 0.5²), `initializers.TrainableRank1Normal`,
+(``alpha_initializer='trainable_cauchy'`` with
+``alpha_regularizer='rank1_cauchy_kl_divergence'``, prior Cauchy(1, 0.1), KL in closed form: a
+Cauchy's KL to a normal prior is infinite, so that pairing is refused). The default means start
+at random signs ±1 (edward2's and uncertainty-baselines' start,
+`initializers.TrainableRandomSignNormal`, stddev ≈ 0.032) under the symmetric prior
+½ N(1, 0.1²) + ½ N(−1, 0.1²) (`regularizers.Rank1SignMixtureKLDivergence`), which charges both
+signs alike: the members start diverse and the KL does not pull the −1 entries to +1. The
+earlier default, means near 1 (~ N(1, 0.5²), `initializers.TrainableRank1Normal`,
 uncertainty-baselines' ``random_sign_init=-0.5``) under N(1, 0.1²)
 (`regularizers.Rank1NormalKLDivergence`), stays available by name; the ±1 start under
 N(1, 0.1²) costs about 200 nats of KL per −1 entry (``(1 - (-1))² / (2 · 0.1²)``), which on

@@ -6,13 +6,12 @@ computes ``activation(einsum(x ∘ α_e, W) ∘ γ_e + b_e)``, with α ``[E, in]
 contracted input features (all contracted axes, flattened), γ ``[E, out]`` over the
 kernel's output axes (flattened) and a per-member bias ``[E, *bias shape]``. α and γ have
 a mean-field normal posterior (default `initializers.TrainableRandomSignNormal`, means
-±1) with their KL to ½ N(1, 0.1²) + ½ N(−1, 0.1²) (`regularizers.Rank1SignMixtureKLDivergence`)
-in ``layer.losses``;
-each call draws them per example (shared by the example's other axes, e.g. its
-sequence), clipped to [-10, 10] (Dusenberry et al., 2020). The equation must contract the
-trailing input axes with the leading kernel axes and append the remaining kernel axes
-(``'abc,cde->abde'``, ``'abcd,cde->abe'``: every attention projection), after a batch
-axis.
+±1) with their KL to ½ N(1, 0.1²) + ½ N(−1, 0.1²)
+(`regularizers.Rank1SignMixtureKLDivergence`) in ``layer.losses``; each call draws them
+per example (shared by the example's other axes, e.g. its sequence), clipped to [-10, 10]
+(Dusenberry et al., 2020). The equation must contract the trailing input axes with the
+leading kernel axes and append the remaining kernel axes (``'abc,cde->abde'``,
+``'abcd,cde->abe'``: every attention projection), after a batch axis.
 
 `MultiHeadAttentionRank1` is ``keras.layers.MultiHeadAttention`` whose query, key, value
 and output projections are `EinsumDenseRank1`: the members share the projection kernels

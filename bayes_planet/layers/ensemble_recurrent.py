@@ -9,10 +9,11 @@ rank-1 factors and a bias: member ``e`` is the Keras cell with kernels
 ``recurrent_alpha``, ``recurrent_gamma``) and bias ``b_e``, so each step computes
 ``((x ∘ α_e) W) ∘ γ_e + ((h ∘ ρ_e) U) ∘ δ_e + b_e`` as in edward2's ``LSTMCellRank1``.
 α ``[E, in]``, γ ``[E, G·units]``, ρ ``[E, units]`` and δ ``[E, G·units]`` have a
-mean-field normal posterior (default `initializers.TrainableRandomSignNormal`, means ±1) with
-their KL to the prior ½ N(1, 0.1²) + ½ N(−1, 0.1²) (`regularizers.Rank1SignMixtureKLDivergence`) in
-``layer.losses``; the kernels and the per-member bias ``[E, G·units]`` (GRU with
-``reset_after``: ``[E, 2, 3·units]``) are point estimates with plain Keras regularizers.
+mean-field normal posterior (default `initializers.TrainableRandomSignNormal`, means ±1)
+with their KL to the prior ½ N(1, 0.1²) + ½ N(−1, 0.1²)
+(`regularizers.Rank1SignMixtureKLDivergence`) in ``layer.losses``; the kernels and the
+per-member bias ``[E, G·units]`` (GRU with ``reset_after``: ``[E, 2, 3·units]``) are point
+estimates with plain Keras regularizers.
 
 Batch convention (as `ensemble.DenseRank1` and edward2): the batch of ``E·b`` rows is
 ``E`` contiguous blocks of ``b`` rows and block ``e`` goes through member ``e``; a batch
