@@ -27,6 +27,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
+import _layer_cases as layer_cases  # noqa: E402  (this script's folder is on the path)
 import numpy as np  # noqa: E402
 
 RTOL, ATOL = 2e-5, 2e-6
@@ -60,339 +61,6 @@ def _emit(**record):
     print("RESULT " + json.dumps(record), flush=True)
 
 
-# Layer cases ----------------------------------------------------------------------------
-
-def _rng(seed=0):
-    return np.random.default_rng(seed)
-
-
-def _mse(y, out):
-    import tensorflow as tf
-    out = tf.convert_to_tensor(out)
-    axes = list(range(1, out.shape.rank))
-    return tf.reduce_mean(tf.square(tf.cast(out, tf.float32) - y), axes)
-
-
-def _nll(y, rv):
-    """Per-example negative log-likelihood of a RandomVariable output."""
-    import tensorflow as tf
-    lp = tf.cast(rv.distribution.log_prob(y), tf.float32)
-    return -tf.reduce_sum(tf.reshape(lp, [tf.shape(lp)[0], -1]), -1)
-
-
-def _data(x_shape, y_shape, y_kind="normal"):
-    rng = _rng(0)
-    x = rng.standard_normal(x_shape).astype("float32")
-    if y_kind == "normal":
-        y = rng.standard_normal(y_shape).astype("float32")
-    elif y_kind == "binary":
-        y = (rng.uniform(size=y_shape) > 0.5).astype("float32")
-    else:  # integer levels in [0, y_kind)
-        y = rng.integers(0, y_kind, y_shape).astype("float32")
-    return x, y
-
-
-class _Case:
-    def __init__(self, family, make_layers, x_shape, y_shape, mode, loss="mse",
-                 y_kind="normal", fit=False):
-        self.family, self.make_layers, self.mode = family, make_layers, mode
-        self.x_shape, self.y_shape, self.loss, self.y_kind = x_shape, y_shape, loss, y_kind
-        self.fit = fit
-
-
-def _bl():
-    import bayes_planet.layers as bl
-    return bl
-
-
-def _case_table():
-    """name -> _Case. Layers are made by lambdas so that missing classes only fail
-    their own case (`unavailable`)."""
-    from bayes_planet._keras import keras
-
-    def flow_nll(*flows):
-        return lambda: [_FlowNLL([f() for f in flows])]
-
-    cases = {
-        # dense
-        "DenseReparameterization": _Case(
-            "dense", lambda: [_bl().DenseReparameterization(4, activation="tanh", seed=1)],
-            (8, 3), (8, 4), "exact", fit=True),
-        "DenseFlipout": _Case("dense", lambda: [_bl().DenseFlipout(4, seed=1)],
-                              (8, 3), (8, 4), "per_example", fit=True),
-        "DenseLocalReparameterization": _Case(
-            "dense", lambda: [_bl().DenseLocalReparameterization(4, seed=1)], (8, 3), (8, 4),
-            "per_example"),
-        "DenseVariationalDropout": _Case(
-            "dense", lambda: [_bl().DenseVariationalDropout(4, seed=1)], (8, 3), (8, 4),
-            "per_example"),
-        "DenseDVI": _Case("dense", lambda: [_bl().DenseDVI(4, activation="relu", seed=1)],
-                          (8, 3), (8, 4), "exact", loss="mean_mse"),
-        # conv
-        "Conv1DReparameterization": _Case(
-            "conv", lambda: [_bl().Conv1DReparameterization(2, 3, padding="causal", seed=1)],
-            (8, 6, 2), (8, 6, 2), "exact"),
-        "Conv1DFlipout": _Case("conv", lambda: [_bl().Conv1DFlipout(2, 3, seed=1)],
-                               (8, 6, 2), (8, 4, 2), "per_example"),
-        "Conv2DReparameterization": _Case(
-            "conv", lambda: [_bl().Conv2DReparameterization(3, 3, padding="same", seed=1)],
-            (8, 5, 5, 2), (8, 5, 5, 3), "exact", fit=True),
-        "Conv2DFlipout": _Case("conv", lambda: [_bl().Conv2DFlipout(3, 3, seed=1)],
-                               (8, 5, 5, 2), (8, 3, 3, 3), "per_example"),
-        "Conv2DLocalReparameterization": _Case(
-            "conv", lambda: [_bl().Conv2DLocalReparameterization(3, 3, seed=1)],
-            (8, 5, 5, 2), (8, 3, 3, 3), "per_example"),
-        # Gaussian processes
-        "GaussianProcess": _Case("gaussian_process", _gp_layers, (8, 2), (8, 2), "exact",
-                                 loss="mean_mse"),
-        "SparseGaussianProcess": _Case(
-            "gaussian_process",
-            lambda: [_bl().SparseGaussianProcess(2, num_inducing=4, seed=1)],
-            (8, 2), (8, 2), "exact", loss="marginal_nll"),
-        "RandomFourierFeatures": _Case(
-            "gaussian_process", lambda: [_bl().RandomFourierFeatures(2, 16, seed=1)],
-            (8, 2), (8, 2), "per_example", fit=True),
-        # SNGP: the precision matrix sums the global batch (all-reduced), u updates agree.
-        "SNGP": _Case(
-            "sngp", lambda: [_bl().SpectralNormalization(
-                keras.layers.Dense(4, activation="tanh"), norm_multiplier=0.5, seed=1),
-                _bl().RandomFeatureGaussianProcess(2, 16, seed=1)],
-            (8, 3), (8, 2), "exact"),
-        # stochastic outputs
-        "Normal": _Case("outputs", lambda: [_outputs().Normal(2, seed=1)], (8, 3), (8, 2),
-                        "exact", loss="nll"),
-        "Bernoulli": _Case("outputs", lambda: [_outputs().Bernoulli(3, seed=1)], (8, 3),
-                           (8, 3), "exact", loss="nll", y_kind="binary"),
-        "Categorical": _Case("outputs", lambda: [_outputs().Categorical(4, seed=1)], (8, 3),
-                             (8,), "exact", loss="nll", y_kind=4),
-        "MixtureNormal": _Case(
-            "outputs", lambda: [_outputs().MixtureNormal(2, num_components=3, seed=1)],
-            (8, 3), (8, 2), "exact", loss="nll"),
-        "MixtureLogistic+Discretize": _Case(
-            "outputs", lambda: [_outputs().MixtureLogistic(2, num_components=3, seed=1),
-                                _outputs().Discretize(num_bins=8, seed=2)],
-            (8, 3), (8, 2), "exact", loss="nll", y_kind=8),
-        # the same families with a loss on their samples: per-example noise sliced from
-        # the global batch's draw (`per_example_sample`), so equal to one device
-        "SparseGaussianProcess(2 layers, sample)": _Case(
-            "gaussian_process",
-            lambda: [_bl().SparseGaussianProcess(3, num_inducing=4, seed=1),
-                     _bl().SparseGaussianProcess(2, num_inducing=4, seed=2)],
-            (8, 2), (8, 2), "per_example", loss="sample_mse"),
-        "Normal(sample)": _Case("outputs", lambda: [_outputs().Normal(2, seed=1)], (8, 3),
-                                (8, 2), "per_example", loss="sample_mse"),
-        "Bernoulli(sample)": _Case("outputs", lambda: [_outputs().Bernoulli(3, seed=1)],
-                                   (8, 3), (8, 3), "per_example", loss="sample_mse",
-                                   y_kind="binary"),
-        "Categorical(sample)": _Case("outputs", lambda: [_outputs().Categorical(4, seed=1)],
-                                     (8, 3), (8,), "per_example", loss="sample_mse", y_kind=4),
-        "MixtureNormal(sample)": _Case(
-            "outputs", lambda: [_outputs().MixtureNormal(2, num_components=3, seed=1)],
-            (8, 3), (8, 2), "per_example", loss="sample_mse"),
-        "MixtureLogistic+Discretize(sample)": _Case(
-            "outputs", lambda: [_outputs().MixtureLogistic(2, num_components=3, seed=1),
-                                _outputs().Discretize(num_bins=8, seed=2)],
-            (8, 3), (8, 2), "per_example", loss="sample_mse", y_kind=8),
-        "DenseDVI(sample)": _Case(
-            "dense", lambda: [_bl().DenseDVI(4, activation="relu", seed=1)], (8, 3), (8, 4),
-            "per_example", loss="sample_mse"),
-        # flows
-        "RealNVP+Permutation+ActNorm": _Case(
-            "flows", flow_nll(lambda: _flows().RealNVP([8]), lambda: _flows().Permutation(),
-                              lambda: _flows().ActNorm(data_init=False),
-                              lambda: _flows().RealNVP([8], reverse_mask=True)),
-            (8, 4), (8,), "exact", loss="identity"),
-        "MADE": _Case("flows", lambda: [_flows().MADE([8], units=2)], (8, 4), (8, 4, 2),
-                      "exact"),
-        "ActNorm(data_init)": _Case(
-            "flows", flow_nll(lambda: _flows().ActNorm(data_init=True)), (8, 4), (8,),
-            "exact", loss="identity"),
-        "RevNetBlock": _Case("revnet", lambda: [_revnet().RevNetBlock(hidden_units=8)],
-                             (8, 4), (8, 4), "exact", fit=True),
-        "RevNetSequence": _Case(
-            "revnet", lambda: [_revnet().RevNetSequence(num_blocks=2, hidden_units=8)],
-            (8, 4), (8, 4), "exact"),
-        "VectorQuantizer": _Case(
-            "vq", lambda: [keras.layers.Dense(4), _vq().VectorQuantizer(8), _ToTensor(),
-                           keras.layers.Dense(3)], (8, 3), (8, 3), "exact", fit=True),
-        "VectorQuantizer(ema)": _Case(
-            "vq", lambda: [keras.layers.Dense(4), _vq().VectorQuantizer(8, ema=True),
-                           _ToTensor(), keras.layers.Dense(3)], (8, 3), (8, 3), "exact",
-            fit=True),
-        # recurrent
-        "LSTMCellReparameterization": _Case(
-            "recurrent", lambda: [keras.layers.RNN(_recurrent().LSTMCellReparameterization(
-                4, seed=1))], (8, 5, 3), (8, 4), "exact", fit=True),
-        "GRUCellReparameterization": _Case(
-            "recurrent", lambda: [keras.layers.RNN(_recurrent().GRUCellReparameterization(
-                4, seed=1))], (8, 5, 3), (8, 4), "exact"),
-        "LSTMCellFlipout": _Case(
-            "recurrent", lambda: [keras.layers.RNN(_recurrent().LSTMCellFlipout(4, seed=1))],
-            (8, 5, 3), (8, 4), "per_example"),
-        "GRUCellFlipout": _Case(
-            "recurrent", lambda: [keras.layers.RNN(_recurrent().GRUCellFlipout(4, seed=1))],
-            (8, 5, 3), (8, 4), "per_example"),
-        # attention / transformer
-        "EinsumDenseReparameterization": _Case(
-            "attention", lambda: [_attention().EinsumDenseReparameterization(
-                "abc,cd->abd", output_shape=(None, 4), bias_axes="d", seed=1)],
-            (8, 5, 6), (8, 5, 4), "exact"),
-        "MultiHeadAttentionReparameterization": _Case(
-            "attention", lambda: [_SelfAttention(
-                _attention().MultiHeadAttentionReparameterization(2, 4, seed=1))],
-            (8, 5, 6), (8, 5, 6), "exact", fit=True),
-        "MultiHeadAttentionFlipout": _Case(
-            "attention", lambda: [_SelfAttention(
-                _attention().MultiHeadAttentionFlipout(2, 4, seed=1))],
-            (8, 5, 6), (8, 5, 6), "per_example"),
-        "TransformerBlock(reparameterization)": _Case(
-            "transformer", lambda: [_transformer().TransformerBlock(
-                2, 4, 16, attention="reparameterization", feed_forward="reparameterization",
-                seed=1)], (8, 5, 6), (8, 5, 6), "exact"),
-        "TransformerBlock(flipout+local)": _Case(
-            "transformer", lambda: [_transformer().TransformerBlock(2, 4, 16, seed=1)],
-            (8, 5, 6), (8, 5, 6), "per_example", fit=True),
-    }
-    return cases
-
-
-def case_names():
-    return list(_case_table())
-
-
-def case(name):
-    return _case_table()[name]
-
-
-def _outputs():
-    from bayes_planet.layers import outputs
-    return outputs
-
-
-def _flows():
-    from bayes_planet.layers import flows
-    return flows
-
-
-def _revnet():
-    from bayes_planet.layers import revnet
-    return revnet
-
-
-def _vq():
-    from bayes_planet.layers import vq
-    return vq
-
-
-def _recurrent():
-    from bayes_planet.layers import recurrent
-    return recurrent
-
-
-def _attention():
-    from bayes_planet.layers import attention
-    return attention
-
-
-def _transformer():
-    from bayes_planet.layers import transformer
-    return transformer
-
-
-def _gp_layers():
-    z, y = _data((6, 2), (6, 2))
-    return [_bl().GaussianProcess(2, conditional_inputs=z, conditional_outputs=y,
-                                  observation_noise_variance=0.1, seed=1)]
-
-
-def _wrappers():
-    from bayes_planet._keras import keras
-
-    class ToTensor(keras.layers.Layer):
-        def call(self, x):
-            import tensorflow as tf
-            return tf.convert_to_tensor(x)
-
-    class SelfAttention(keras.layers.Layer):
-        def __init__(self, attention, **kwargs):
-            super().__init__(**kwargs)
-            self.attention = attention
-
-        def call(self, x):
-            return self.attention(x, x)
-
-    class FlowNLL(keras.layers.Layer):
-        """Per-example ``-log p(x)`` of data under ``N(0, I)`` through the generative
-        ``flows`` in turn (not a Keras model of them: a Keras 3 model would convert a
-        RandomVariable input to its value, flows.py)."""
-
-        def __init__(self, flows, **kwargs):
-            super().__init__(**kwargs)
-            self.flows = list(flows)
-
-        def call(self, x):
-            import tensorflow as tf
-            import tensorflow_probability as tfp
-
-            from bayes_planet.layers import RandomVariable
-            out = RandomVariable(tfp.distributions.Normal(tf.zeros_like(x), 1.0))
-            for layer in self.flows:
-                out = layer(out)
-            return -out.distribution.log_prob(x)
-
-    return ToTensor, SelfAttention, FlowNLL
-
-
-def _ToTensor():  # noqa: N802
-    return _wrappers()[0]()
-
-
-def _SelfAttention(attention):  # noqa: N802
-    return _wrappers()[1](attention)
-
-
-def _FlowNLL(flows):  # noqa: N802
-    return _wrappers()[2](flows)
-
-
-def _loss_fn(kind):
-    import tensorflow as tf
-    if kind == "mse":
-        return _mse
-    if kind == "nll":
-        return _nll
-    if kind == "identity":
-        return lambda y, out: tf.cast(out, tf.float32)
-    if kind == "sample_mse":  # on the drawn value (straight-through where discrete)
-        return _mse
-    if kind == "mean_mse":
-        return lambda y, rv: _mse(y, rv.distribution.mean())
-    if kind == "marginal_nll":  # per-example marginal of an Independent(Normal, 2)
-        return lambda y, rv: -tf.reduce_sum(rv.distribution.distribution.log_prob(y), -1)
-    raise ValueError(kind)
-
-
-def _model(case):
-    from bayes_planet._keras import keras
-
-    class Net(keras.Model):
-        def __init__(self, layers):
-            super().__init__()
-            self.parts = layers
-
-        def call(self, x, training=None):
-            for layer in self.parts:
-                x = layer(x, training=training) if _takes_training(layer) else layer(x)
-            return x
-
-    return Net(case.make_layers())
-
-
-def _takes_training(layer):
-    import inspect
-    return "training" in inspect.signature(layer.call).parameters
-
-
 def _local_values(variable, strategy):
     """The per-replica values of a layer variable (Keras 3 wraps the distributed
     `tf.Variable`; on its wrapper `experimental_local_results` would see one value)."""
@@ -414,10 +82,10 @@ def _build_pair(case, strategy, x):
     import tensorflow as tf
 
     from bayes_planet._keras import keras
-    single = _model(case)
+    single = layer_cases.model(case)
     single(x[:2], training=True)
     with strategy.scope():
-        multi = _model(case)
+        multi = layer_cases.model(case)
         multi(x[:2], training=True)
     for a, b in zip(multi.weights, single.weights, strict=True):
         a.assign(b)
@@ -479,9 +147,9 @@ def _finite(model):
 
 def _run_case(name, case, strategy, steps=2):
     import tensorflow as tf
-    x, y = _data(case.x_shape, case.y_shape, case.y_kind)
+    x, y = layer_cases.data(case.x_shape, case.y_shape, case.y_kind)
     x, y = tf.constant(x), tf.constant(y)
-    loss_fn = _loss_fn(case.loss)
+    loss_fn = layer_cases.loss_fn(case.loss)
     record = {"case": name, "family": case.family, "mode": case.mode}
     single, multi, opt_s, opt_m = _build_pair(case, strategy, x)
     step_s = _step_fn(single, opt_s, loss_fn, x.shape[0], tf.distribute.get_strategy())
@@ -527,12 +195,12 @@ def _exact_gp_replica_noise(strategy):
     import tensorflow as tf
 
     from bayes_planet import distribute
-    half = tf.constant(_data((4, 2), (4, 2))[0])
+    half = tf.constant(layer_cases.data((4, 2), (4, 2))[0])
     x = tf.concat([half, half], 0)
-    single = _bl().GaussianProcess(2, seed=1)
+    single = layer_cases.bl().GaussianProcess(2, seed=1)
     reference = tf.convert_to_tensor(single(x)).numpy()
     with strategy.scope():
-        multi = _bl().GaussianProcess(2, seed=1)
+        multi = layer_cases.bl().GaussianProcess(2, seed=1)
         multi.build(x.shape)
 
     @tf.function
@@ -557,11 +225,11 @@ def _noise_in_while_loop(strategy):
     import tensorflow as tf
 
     from bayes_planet import distribute
-    x = tf.constant(_data((8, 3), (8, 4))[0])
-    single = _bl().DenseReparameterization(4, seed=1)
+    x = tf.constant(layer_cases.data((8, 3), (8, 4))[0])
+    single = layer_cases.bl().DenseReparameterization(4, seed=1)
     single.build(x.shape)
     with strategy.scope():
-        multi = _bl().DenseReparameterization(4, seed=1)
+        multi = layer_cases.bl().DenseReparameterization(4, seed=1)
         multi.build(x.shape)
     for a, b in zip(multi.weights, single.weights, strict=True):
         a.assign(b)
@@ -580,25 +248,11 @@ def _noise_in_while_loop(strategy):
             "single_counters": _seed_counters(single, tf.distribute.get_strategy())}
 
 
-def _keras_add_loss_cases():
-    """A plain Keras layer's ``add_loss`` (`ActivityRegularization`) before a layer whose
-    call runs a collective (`VectorQuantizer(ema=True)` all-reduces its EMA statistics), and
-    the same without the collective."""
-    from bayes_planet._keras import keras
-
-    def layers(ema):
-        return lambda: [keras.layers.Dense(4), keras.layers.ActivityRegularization(l2=0.1),
-                        _vq().VectorQuantizer(8, ema=ema), _ToTensor(), keras.layers.Dense(3)]
-
-    return {f"ActivityRegularization+VectorQuantizer{'(ema)' if ema else ''}":
-            _Case("vq", layers(ema), (8, 3), (8, 3), "exact") for ema in (True, False)}
-
-
 def _checks(strategy):
     """The records of `CHECKS` (beyond the layer cases)."""
     yield "GaussianProcess(replica noise)", lambda: _exact_gp_replica_noise(strategy)
     yield "noise in a while_loop", lambda: _noise_in_while_loop(strategy)
-    for name, case in _keras_add_loss_cases().items():
+    for name, case in layer_cases.keras_add_loss_cases().items():
         yield name, lambda name=name, case=case: {**_run_case(name, case, strategy),
                                                   "status": "ok"}
 
@@ -606,7 +260,7 @@ def _checks(strategy):
 def mirrored_layers(names):
     strategy = _mirrored()
     import tensorflow as tf
-    table = _case_table()
+    table = layer_cases.case_table()
     if not names or names == ["all"]:
         for name, check in _checks(strategy):
             tf.keras.utils.set_random_seed(0)
@@ -636,14 +290,14 @@ def mirrored_fit(names):
     import tensorflow as tf
 
     from bayes_planet._keras import keras
-    table = _case_table()
+    table = layer_cases.case_table()
     if names == ["all"]:
         names = [n for n, c in table.items() if c.fit]
     for name in names or FIT_CASES:
         case = table[name]
         tf.keras.utils.set_random_seed(0)
         try:
-            x, y = _data(case.x_shape, case.y_shape, case.y_kind)
+            x, y = layer_cases.data(case.x_shape, case.y_shape, case.y_kind)
             single, multi, _, _ = _build_pair(case, strategy, tf.constant(x))
             histories = []
             for model, scope in ((single, tf.distribute.get_strategy()), (multi, strategy)):
@@ -667,9 +321,9 @@ def mirrored_fit(names):
     from bayes_planet import distribute
     case = table["DenseReparameterization"]
     tf.keras.utils.set_random_seed(0)
-    x, y = (tf.constant(a) for a in _data(case.x_shape, case.y_shape))
+    x, y = (tf.constant(a) for a in layer_cases.data(case.x_shape, case.y_shape))
     single, multi, opt_s, opt_m = _build_pair(case, strategy, x)
-    steps = [distribute.make_train_step(m, o, _mse, 8, s) for m, o, s in
+    steps = [distribute.make_train_step(m, o, layer_cases.mse, 8, s) for m, o, s in
              ((single, opt_s, tf.distribute.get_strategy()), (multi, opt_m, strategy))]
     losses = [[float(step(x, y)) for step in steps] for _ in range(2)]
     diff, agree = _compare(single, multi, strategy)
@@ -819,7 +473,7 @@ def multi_worker(out_path, cases=(), steps=3):
         arrays.update({f"world_single_{i}": np.asarray(v)
                        for i, v in enumerate(single.trainable_variables)})
     # A Bayesian Keras model under model.fit (Keras' data-parallel step).
-    x, y = _data((8, 3), (8, 2))
+    x, y = layer_cases.data((8, 3), (8, 2))
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
@@ -837,8 +491,8 @@ def multi_worker(out_path, cases=(), steps=3):
         keras.config.disable_traceback_filtering()
     fit_record = {"status": "ok"}
     try:
-        model, fit_losses = fit([_bl().DenseReparameterization(8, activation="relu", seed=1),
-                                 _bl().DenseFlipout(2, seed=2)])
+        model, fit_losses = fit([layer_cases.bl().DenseReparameterization(8, activation="relu", seed=1),
+                                 layer_cases.bl().DenseFlipout(2, seed=2)])
         arrays.update({f"keras_{i}": np.asarray(v) for i, v in enumerate(model.weights)})
         arrays["fit_losses"] = np.asarray(fit_losses)
     except Exception as error:  # noqa: BLE001 - Keras 3 (see the test); asserted by the test
@@ -853,7 +507,7 @@ def multi_worker(out_path, cases=(), steps=3):
     with open(out_path + ".fit.json", "w") as f:
         json.dump(fit_record, f)
     np.savez(out_path, **arrays)
-    table, records = _case_table(), []
+    table, records = layer_cases.case_table(), []
     for name in cases:
         tf.keras.utils.set_random_seed(0)
         try:

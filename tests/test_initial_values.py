@@ -12,7 +12,7 @@ unseeded initializers, and that the draws are reproducible.
 
 import warnings
 
-import _distribute_scripts as cases_lib
+import _layer_cases as cases_lib
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -81,10 +81,10 @@ def test_each_weight_of_a_multi_weight_layer_gets_its_own_draw(family, init):
 def test_every_layer_family_starts_with_distinct_weights(name):
     """Each family's small model (the strategy tests' cases): no two weights start equal."""
     case = cases_lib.case(name)
-    x, _ = cases_lib._data(case.x_shape, case.y_shape, case.y_kind)
+    x, _ = cases_lib.data(case.x_shape, case.y_shape, case.y_kind)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*unseeded and being called multiple times")
-        model = cases_lib._model(case)
+        model = cases_lib.model(case)
         model(x)
     for layer in submodules(model):
         if isinstance(layer, keras.layers.Layer) and layer.weights:

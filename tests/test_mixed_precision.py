@@ -6,11 +6,11 @@ are float32 (computed from the float32 parameters), and the loss and every gradi
 are finite (the GP layers compute and return float32 under any policy:
 `FLOAT32_OUTPUTS`). One member per family also runs a Keras ``fit`` step (a loss-scale
 optimizer under ``mixed_float16``). The models are the small ones of the strategy
-tests (``tests/_distribute_scripts.py``). The global policy is always restored.
+tests (``tests/_layer_cases.py``). The global policy is always restored.
 """
 
 
-import _distribute_scripts as cases_lib  # noqa: E402
+import _layer_cases as cases_lib  # noqa: E402
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -48,9 +48,9 @@ def _params():
 @pytest.mark.parametrize(("name", "policy"), list(_params()), indirect=["policy"])
 def test_layer_family_under_mixed_precision(name, policy):
     case = cases_lib.case(name)
-    x, y = cases_lib._data(case.x_shape, case.y_shape, case.y_kind)
-    model = cases_lib._model(case)
-    loss_fn = cases_lib._loss_fn(case.loss)
+    x, y = cases_lib.data(case.x_shape, case.y_shape, case.y_kind)
+    model = cases_lib.model(case)
+    loss_fn = cases_lib.loss_fn(case.loss)
     with tf.GradientTape() as tape:
         out = model(x, training=True)
         data = tf.reduce_mean(loss_fn(y, out))
@@ -76,8 +76,8 @@ def test_layer_family_under_mixed_precision(name, policy):
 @pytest.mark.parametrize("name", FIT_CASES)
 def test_fit_step_under_mixed_precision(policy, name):
     case = cases_lib.case(name)
-    x, y = cases_lib._data(case.x_shape, case.y_shape, case.y_kind)
-    model = cases_lib._model(case)
+    x, y = cases_lib.data(case.x_shape, case.y_shape, case.y_kind)
+    model = cases_lib.model(case)
     model.compile(keras.optimizers.Adam(1e-3), "mse")
     if policy.name == "mixed_float16":  # Keras wraps it for dynamic loss scaling.
         assert isinstance(model.optimizer, keras.mixed_precision.LossScaleOptimizer)
@@ -97,7 +97,7 @@ def test_gaussian_process_layers_in_float32_under_a_mixed_policy(policy, dtype):
     """GP layers compute in float32 under a mixed policy (by default, or with
     ``dtype='float32'``), behind a layer computing in the policy dtype."""
     import bayes_planet.layers as bl
-    x, y = cases_lib._data((8, 2), (8, 2))
+    x, y = cases_lib.data((8, 2), (8, 2))
     hidden = keras.layers.Dense(2)  # computes in the policy dtype
     gp = bl.SparseGaussianProcess(2, num_inducing=4, seed=1, dtype=dtype)
     with tf.GradientTape() as tape:
