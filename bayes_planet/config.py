@@ -137,7 +137,7 @@ _CHOICES = {
 
 def _check_factors(model):
     """A `ConfigError` naming the key unless ``model.factor_posterior`` is a rank-1 factor
-    posterior and ``model.factor_prior`` a KL prior it can take (`ensemble.check_factor_prior`)."""
+    posterior and ``model.factor_prior`` a KL prior it can take (`ensemble.factor_prior_mismatch`)."""
     posterior, prior = model["factor_posterior"], model["factor_prior"]
     # The layer library needs TensorFlow: checked last, so every other key fails fast.
     _startup.quiet_import("tensorflow")
@@ -158,12 +158,10 @@ def _check_factors(model):
     if not isinstance(kl, regularizers.KLRegularizer):
         raise ConfigError(f"Expected a KL regularizer, e.g. '{_OLD_RANK1_FACTORS[1]}'. "
                           f"Received: model.factor_prior={prior!r}")
-    try:
-        ensemble.check_factor_prior("model.factor_posterior", "factor", resolved, kl)
-    except ValueError as e:
-        reason = str(e).split(". Received:")[0]
-        raise ConfigError(f"{reason}. Received: model.factor_posterior={posterior!r}, "
-                          f"model.factor_prior={prior!r}") from None
+    reason = ensemble.factor_prior_mismatch(resolved, kl)
+    if reason is not None:
+        raise ConfigError(f"model.factor_posterior: {reason}. Received: "
+                          f"model.factor_posterior={posterior!r}, model.factor_prior={prior!r}")
 
 
 def _get(data, path):

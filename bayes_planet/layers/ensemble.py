@@ -79,6 +79,7 @@ __all__ = [
     "draw_factor",
     "factor_initializer",
     "factor_posterior",
+    "factor_prior_mismatch",
     "factor_regularizer",
     "init_arguments",
     "member_rows",
@@ -198,15 +199,23 @@ def factor_regularizer(name, value):
     return _resolve(name, value, FACTOR_PRIORS, regularizers.get, "regularizer")
 
 
-def check_factor_prior(layer_name, name, posterior, prior):
-    """A one-line error naming both when ``prior`` cannot take ``posterior``: a Cauchy
-    posterior has no closed-form (in fact an infinite) KL to a normal prior (or a mixture of
-    normals)."""
+def factor_prior_mismatch(posterior, prior):
+    """Why ``prior`` cannot take ``posterior`` (a clause), or None: a Cauchy posterior has no
+    closed-form (in fact an infinite) KL to a normal prior (or a mixture of normals)."""
     if isinstance(posterior, TrainableRandomSignCauchy) and isinstance(
             prior, (regularizers.NormalKLDivergence, regularizers.Rank1SignMixtureKLDivergence)):
+        return ("a Cauchy posterior has an infinite KL divergence to a normal prior; use "
+                f"'{next(iter(FACTOR_PRIORS))}'")
+    return None
+
+
+def check_factor_prior(layer_name, name, posterior, prior):
+    """A one-line error naming both when ``prior`` cannot take ``posterior``
+    (`factor_prior_mismatch`)."""
+    reason = factor_prior_mismatch(posterior, prior)
+    if reason is not None:
         raise ValueError(
-            f"{layer_name}: a Cauchy posterior has an infinite KL divergence to a normal "
-            f"prior; use '{next(iter(FACTOR_PRIORS))}'. Received: {name}_initializer="
+            f"{layer_name}: {reason}. Received: {name}_initializer="
             f"{type(posterior).__name__}, {name}_regularizer={type(prior).__name__}")
 
 
