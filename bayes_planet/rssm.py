@@ -49,7 +49,7 @@ from bayes_planet.layers import (
     fixed_noise,
 )
 from bayes_planet.layers.base import BayesianLayer, per_example
-from bayes_planet.layers.ensemble import member_rows
+from bayes_planet.layers.ensemble import FACTOR_NAMES, factor_arguments, member_rows
 
 tfd = tfp.distributions
 
@@ -100,22 +100,12 @@ def dense_factory(estimator, make_prior=None, seed=0, ensemble_size=1, factors=N
         if ensemble:
             rank1 = issubclass(cls, BayesianLayer)  # BatchEnsemble: no noise, no posterior
             return cls(units, activation=activation, name=name, ensemble_size=ensemble_size,
-                       **(dict(noise, **_factor_arguments(factors, ("alpha", "gamma")))
+                       **(dict(noise, **factor_arguments(*factors or (None, None)))
                           if rank1 else {}))
         return cls(units, activation=activation, name=name, kernel_regularizer=make_prior(),
                    **noise)
 
     return make
-
-
-def _factor_arguments(factors, names):
-    """``{<name>_initializer: posterior, <name>_regularizer: prior}`` for each factor name
-    (``{}`` for ``factors`` None)."""
-    if factors is None:
-        return {}
-    posterior, prior = factors
-    return {key: value for name in names for key, value in (
-        (f"{name}_initializer", posterior), (f"{name}_regularizer", prior))}
 
 
 class RSSM(keras.layers.Layer):
@@ -174,8 +164,8 @@ class RSSM(keras.layers.Layer):
             # Rank-1: its own factor priors. A draw per step, which `fixed_noise` (around
             # every rollout) makes the same draw at every step, as for the dense layers.
             return cls(deter, name="gru", seed=noise_seed, ensemble_size=ensemble_size,
-                       sampling="step", **_factor_arguments(factors, (
-                           "alpha", "gamma", "recurrent_alpha", "recurrent_gamma")))
+                       sampling="step",
+                       **factor_arguments(*factors or (None, None), names=FACTOR_NAMES))
         return cls(deter, name="gru", seed=noise_seed,
                    kernel_regularizer=make_prior(), recurrent_regularizer=make_prior())
 

@@ -144,17 +144,11 @@ class Layers:
         """Fresh instances of the configured factor initializer and prior for every factor
         argument among ``parameters`` (a layer's: ``alpha_initializer``, ...,
         ``recurrent_gamma_regularizer``); none for a factor setting left at null."""
-        from bayes_planet.layers import initializers, regularizers
+        from bayes_planet.layers import ensemble
 
-        kwargs = {}
-        for kind, config, get in (("initializer", self.factor_initializer(), initializers.get),
-                                  ("regularizer", self.factor_regularizer(), regularizers.get)):
-            if config is None:
-                continue
-            kwargs.update({name: get(copy.deepcopy(config)) for name in (
-                f"{prefix}{factor}_{kind}" for prefix in ("", "recurrent_")
-                for factor in ("alpha", "gamma")) if name in parameters})
-        return kwargs
+        stems = [s for s in ensemble.FACTOR_NAMES if f"{s}_initializer" in parameters]
+        return ensemble.factor_arguments(self.factor_initializer(), self.factor_regularizer(),
+                                         stems)
 
     def _prior(self, *names):
         from bayes_planet.layers import initializers, regularizers

@@ -17,9 +17,11 @@ from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.layers import initializers
 from bayes_planet.layers.ensemble import (
+    FACTOR_NAMES,
     RANK1_PRIOR,
     Rank1CauchyKLDivergence,
     TrainableRandomSignCauchy,
+    factor_arguments,
 )
 from bayes_planet.testing import (
     check_batch_checked_at_run_time,
@@ -395,3 +397,29 @@ def test_cauchy_bad_names_and_priors_are_one_line():
     with pytest.raises(ValueError, match=r"^Expected a positive prior scale\. "
                                          r"Received: scale=0\.0$"):
         Rank1CauchyKLDivergence(scale=0.0)
+
+
+def test_factor_arguments_gives_each_factor_a_fresh_resolved_instance():
+    """`factor_arguments`: every stem gets its own instance of the posterior and the prior
+    (aliases, configs and instances alike, the library's own aliases included); a None
+    setting is left to the layer's default; an unknown name is a one-line error naming the
+    argument."""
+    prior = Rank1CauchyKLDivergence(scale=0.2)
+    kwargs = factor_arguments("trainable_cauchy", prior, FACTOR_NAMES)
+    assert sorted(kwargs) == sorted(f"{s}_{k}" for s in FACTOR_NAMES
+                                    for k in ("initializer", "regularizer"))
+    posteriors = [kwargs[f"{s}_initializer"] for s in FACTOR_NAMES]
+    priors = [kwargs[f"{s}_regularizer"] for s in FACTOR_NAMES]
+    assert all(type(p) is TrainableRandomSignCauchy for p in posteriors)
+    assert all(type(p) is Rank1CauchyKLDivergence and p.scale == 0.2 for p in priors)
+    assert len({id(p) for p in posteriors + priors + [prior]}) == 2 * len(FACTOR_NAMES) + 1
+    config = keras.regularizers.serialize(prior)
+    from_config = factor_arguments(None, config)
+    assert sorted(from_config) == ["alpha_regularizer", "gamma_regularizer"]
+    assert from_config["alpha_regularizer"].scale == 0.2
+    assert factor_arguments() == {}
+    layer = bl.DenseRank1(3, ensemble_size=2, **factor_arguments("trainable_cauchy", config))
+    assert type(layer.gamma_initializer) is TrainableRandomSignCauchy
+    with pytest.raises(ValueError, match=r"^Unknown alpha_initializer\. .* Received: "
+                                         r"alpha_initializer='trainable_cauchi'$"):
+        factor_arguments("trainable_cauchi")

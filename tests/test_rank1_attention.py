@@ -16,6 +16,7 @@ import tensorflow_probability as tfp
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
+from bayes_planet.layers.ensemble import Rank1CauchyKLDivergence, TrainableRandomSignCauchy
 from bayes_planet.testing import (
     SelfAttention,
     check_batch_checked_at_run_time,
@@ -366,3 +367,22 @@ def test_cauchy_factors():
     np.testing.assert_allclose(float(tf.add_n(layer.losses)), expected, rtol=1e-5)
     config = bl.MultiHeadAttentionRank1.from_config(layer.get_config()).get_config()
     assert config["alpha_initializer"]["class_name"].endswith("TrainableRandomSignCauchy")
+
+
+def test_transformer_takes_the_cauchy_factor_aliases_and_reloads_them():
+    """The block resolves its factor settings as the rank-1 layers do, so the library's own
+    ``'trainable_cauchy'`` / ``'rank1_cauchy_kl_divergence'`` aliases reach every ensemble
+    sublayer (fresh instances) and survive the block's config."""
+    block = _rank1_block(factor_initializer="trainable_cauchy",
+                         factor_regularizer="rank1_cauchy_kl_divergence")
+    for layer in (block.ff_in, block.ff_out):
+        assert type(layer.alpha_initializer) is TrainableRandomSignCauchy
+        assert type(layer.gamma_regularizer) is Rank1CauchyKLDivergence
+    assert block.ff_in.alpha_initializer is not block.ff_out.alpha_initializer
+    reloaded = bl.TransformerBlock.from_config(block.get_config())
+    reloaded.build((4, 5, 8))
+    assert type(reloaded.ff_out.gamma_initializer) is TrainableRandomSignCauchy
+    assert type(reloaded.ff_out.alpha_regularizer) is Rank1CauchyKLDivergence
+    with pytest.raises(ValueError, match=r"^Unknown factor_initializer\. .* Received: "
+                                         r"factor_initializer='trainable_cauchi'$"):
+        _rank1_block(factor_initializer="trainable_cauchi")

@@ -43,6 +43,7 @@ experiment and the uncertainty benchmark, all of which feed plain batches; an en
 layer needs the tiled batch convention, so listing it there would break them silently.
 """
 
+import copy
 import math
 
 import tensorflow as tf
@@ -77,6 +78,7 @@ __all__ = [
     "Rank1Factors",
     "TrainableRandomSignCauchy",
     "draw_factor",
+    "factor_arguments",
     "factor_initializer",
     "factor_posterior",
     "factor_prior_mismatch",
@@ -197,6 +199,29 @@ def factor_regularizer(name, value):
     """A rank-1 factor's KL prior ``value`` resolved (``'rank1_cauchy_kl_divergence'`` and
     every `regularizers.get` name); a one-line error naming ``name`` for an unknown one."""
     return _resolve(name, value, FACTOR_PRIORS, regularizers.get, "regularizer")
+
+
+#: Every rank-1 factor argument's name stem: ``<stem>_initializer``, ``<stem>_regularizer``
+#: (dense, conv and attention layers have the first two, the recurrent cells all four).
+FACTOR_NAMES = ("alpha", "gamma", "recurrent_alpha", "recurrent_gamma")
+
+
+def factor_arguments(posterior=None, prior=None, names=FACTOR_NAMES[:2]):
+    """Layer keyword arguments that give every factor of ``names`` (stems of
+    `FACTOR_NAMES`) its own fresh instance of ``posterior`` (``<stem>_initializer``) and of
+    ``prior`` (``<stem>_regularizer``): aliases, configs or instances, resolved by
+    `factor_initializer` / `factor_regularizer`; a setting left at None is left out (the
+    layer's default). The one place a factor setting (an agent config's, a Transformer
+    block's, a benchmark's) becomes rank-1 layer arguments."""
+    kwargs = {}
+    for stem in names:
+        if posterior is not None:
+            key = f"{stem}_initializer"
+            kwargs[key] = factor_initializer(key, copy.deepcopy(posterior))
+        if prior is not None:
+            key = f"{stem}_regularizer"
+            kwargs[key] = factor_regularizer(key, copy.deepcopy(prior))
+    return kwargs
 
 
 def factor_prior_mismatch(posterior, prior):

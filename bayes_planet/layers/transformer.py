@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.layers import _compat, initializers, regularizers
+from bayes_planet.layers import _compat, ensemble, initializers, regularizers
 from bayes_planet.layers.base import check_positive_int
 
 __all__ = ["PositionEmbedding", "TransformerBlock", "build_transformer"]
@@ -118,10 +118,10 @@ class TransformerBlock(keras.layers.Layer):
         self.kernel_regularizer = (None if kernel_regularizer is None else
                                    regularizers.serialize(regularizers.get(kernel_regularizer)))
         self.ensemble_size = ensemble_size
-        self.factor_initializer = (None if factor_initializer is None else
-                                   initializers.serialize(initializers.get(factor_initializer)))
-        self.factor_regularizer = (None if factor_regularizer is None else
-                                   regularizers.serialize(regularizers.get(factor_regularizer)))
+        self.factor_initializer = (None if factor_initializer is None else initializers.serialize(
+            ensemble.factor_initializer("factor_initializer", factor_initializer)))
+        self.factor_regularizer = (None if factor_regularizer is None else regularizers.serialize(
+            ensemble.factor_regularizer("factor_regularizer", factor_regularizer)))
         has_ensemble = any(_family(v, f) != f for v, f in (
             (self.attention, ATTENTION_FAMILY), (self.feed_forward, FEED_FORWARD_FAMILY)))
         if ensemble_size is not None:
@@ -146,20 +146,15 @@ class TransformerBlock(keras.layers.Layer):
     def _sublayer(self, value, family, name):
         """The class of the choice ``value`` and its seed, prior and ensemble arguments."""
         chosen = _family(value, family)
-        ensemble = chosen != family
         cls = layer_registry.get(chosen, value)
         kwargs = {}
         if value == layer_registry.DETERMINISTIC:
             return cls, kwargs
-        if ensemble:
+        if chosen != family:  # An ensemble choice.
             if self.ensemble_size is not None:
                 kwargs["ensemble_size"] = self.ensemble_size
-            if self.factor_initializer is not None:  # fresh instances per sublayer
-                kwargs.update({name: initializers.get(copy.deepcopy(self.factor_initializer))
-                               for name in ("alpha_initializer", "gamma_initializer")})
-            if self.factor_regularizer is not None:
-                kwargs.update({name: regularizers.get(copy.deepcopy(self.factor_regularizer))
-                               for name in ("alpha_regularizer", "gamma_regularizer")})
+            kwargs.update(ensemble.factor_arguments(self.factor_initializer,
+                                                    self.factor_regularizer))
         else:
             kwargs.update(self._prior())
         if "seed" in inspect.signature(cls).parameters:
