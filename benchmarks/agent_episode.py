@@ -1,8 +1,12 @@
 """Where an agent episode's wall-clock goes, per phase, for several agent configs.
 
     python -m benchmarks.agent_episode [--variants cpu cpu,value] [--rounds 2]
+    python -m benchmarks.agent_episode --variants \
+        cpu,value:train.updates_per_episode=200 \
+        cpu,value:train.updates_per_episode=200:model.estimator=rank1
 
-For each variant (comma-separated presets of ``bayes_planet/configs.yaml``) a `Trainer` is
+For each variant (comma-separated presets of ``bayes_planet/configs.yaml``, then optional
+``:key=value`` overrides as ``bayes-planet train --set`` takes them) a `Trainer` is
 built in a temporary run directory and its seed episodes are collected; then, alternating the
 variants round by round (A B A B: the machine is shared), one episode's phases are timed:
 
@@ -24,11 +28,21 @@ import tempfile
 import time
 
 
-def _variant(presets, logdir):
+def parse_variant(spec):
+    """``'cpu,value:a.b=1:c=2'`` -> ``(['cpu', 'value'], ['a.b=1', 'c=2'])``."""
+    presets, *overrides = spec.split(":")
+    if not presets or not all(overrides):
+        raise ValueError("Expected a variant 'preset[,preset...][:key=value...]'. "
+                         f"Received: variant={spec!r}")
+    return presets.split(","), overrides
+
+
+def _variant(spec, logdir):
     from bayes_planet import config as config_lib
     from bayes_planet.training import Trainer
 
-    config = config_lib.load(presets.split(","), ["eval.video=false"])
+    presets, overrides = parse_variant(spec)
+    config = config_lib.load(presets, ["eval.video=false", *overrides])
     trainer = Trainer(config, logdir)
     agent = trainer.agent
     for k in range(config.train.seed_episodes):  # Random seed episodes into the replay.
@@ -61,8 +75,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        trainers = {v: _variant(v, os.path.join(tmp, v.replace(",", "_")))
-                    for v in args.variants}
+        trainers = {v: _variant(v, os.path.join(tmp, f"variant{i}"))
+                    for i, v in enumerate(args.variants)}
         for trainer in trainers.values():  # Trace every function once, untimed.
             _time_phases(trainer, -1)
         samples = {v: [] for v in args.variants}
@@ -79,8 +93,10 @@ def main(argv=None):
         med = {phase: statistics.median(r[phase] for r in rows) for phase in rows[0]}
         per_episode = med["train"] + med["collect"] + med["eval"] * cfg.eval.episodes / cfg.eval.every
         first = first or per_episode
-        result["variants"][v] = {**{f"{p}_s": round(t, 2) for p, t in med.items()},
-                                 "episode_s": round(per_episode, 2),
+        result["variants"][v] = {"updates_per_episode": cfg.train.updates_per_episode,
+                                 "estimator": cfg.model.estimator,
+                                 **{f"{p}_s": round(t, 3) for p, t in med.items()},
+                                 "episode_s": round(per_episode, 3),
                                  "episodes_per_hour": round(3600 / per_episode, 1),
                                  "relative_to_first": round(per_episode / first, 3)}
     print(json.dumps(result, indent=2))
