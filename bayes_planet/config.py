@@ -77,6 +77,8 @@ def upgrade(data):
       without the key gets the default (read by ensemble estimators only).
     * before ``value.replay_weight`` existed, the critic learned from imagined rollouts only:
       a value section without the key gets ``replay_weight: 0.0``.
+    * before ``value.ensemble_starts`` existed, every member of an ensemble transition
+      imagined from every start state: a value section without the key gets ``all``.
     * before ``model.factor_posterior``/``factor_prior`` existed, a rank-1 transition took
       the layers' default of that time: a model section without them gets
       ``trainable_rank1_normal`` / ``rank1_normal_kl_divergence`` (that default, not today's).
@@ -97,6 +99,8 @@ def upgrade(data):
         model["factor_posterior"], model["factor_prior"] = _OLD_RANK1_FACTORS
     if isinstance(data.get("value"), dict) and "replay_weight" not in data["value"]:
         data["value"]["replay_weight"] = 0.0
+    if isinstance(data.get("value"), dict) and "ensemble_starts" not in data["value"]:
+        data["value"]["ensemble_starts"] = "all"
     planner = data.get("planner")
     if isinstance(planner, dict) and "name" not in planner and "cem" not in planner:
         old = {key: planner.pop(key) for key in _OLD_CEM_KEYS if key in planner}
@@ -132,6 +136,7 @@ _CHOICES = {
     "model.estimator": layer_registry.estimators("dense", sampling_only=True, ensembles=True),
     "model.weight_prior": ("normal", "scale_mixture"),
     "strategy": ("none", "mirrored", "multi_worker", "tpu"),
+    "value.ensemble_starts": ("all", "split"),
 }
 
 
@@ -237,6 +242,13 @@ def validate(config):
         raise ConfigError("value.enabled=True trains on one device (the value model has no "
                           "distributed step yet); use strategy=none. Received: "
                           f"strategy={data['strategy']!r}")
+    model, chunk = data["model"], data["train"]["chunk_length"]
+    members = model["ensemble_size"] if layer_registry.family_for(
+        "dense", model["estimator"]) != "dense" else 1
+    if value["ensemble_starts"] == "split" and chunk <= (members - 1) * value["start_every"]:
+        fail("train.chunk_length", "more than (model.ensemble_size - 1) * value.start_every = "
+             f"{(members - 1) * value['start_every']} with value.ensemble_starts='split' (every "
+             "member needs a start)", chunk)
     cells = layer_registry.estimators("gru_cell", ensembles=True)
     if data["model"]["bayesian_gru"] and data["model"]["estimator"] not in cells:
         raise ConfigError(f"model.bayesian_gru=True has no {data['model']['estimator']} cell; "

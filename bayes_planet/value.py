@@ -14,7 +14,10 @@ policy. `ValueModel` learns both in the RSSM's latent space, Dreamer-style (Hafn
   ``value.imagine_horizon`` steps with actions of the policy ``a_t ~ π(·|s_t)``, one weight
   sample of the Bayesian transition per rollout (an ensemble transition, ``rank1`` or
   ``batch_ensemble``: the training step's posterior holds the batch once per member, and
-  each rollout is imagined by the member that filtered its start state);
+  each rollout is imagined by the member that filtered its start state; with
+  ``value.ensemble_starts: split`` member ``e`` starts only from every ``E·start_every``-th
+  state at offset ``e·start_every``, so the E members together imagine as many rollouts as
+  one model would, from distinct states, instead of E times as many);
 * λ-returns with the reward head's means ``r_t`` (the reward of arriving at ``s_t``, as the
   world model is trained) and the slow (target) critic ``V'``::
 
@@ -183,13 +186,32 @@ class ValueModel(tf.Module):
                                  v.discount, v.td_lambda)
         return tf.transpose(returns)
 
+    def start_states(self, posterior):
+        """The imagined rollouts' start states, flat ``[N, size]``, from a batch's posterior
+        ``[R, T, size]``: every ``value.start_every``-th step of each chunk; an ensemble
+        transition's posterior holds E member blocks, and with ``value.ensemble_starts:
+        split`` block ``e`` keeps steps ``e·s, e·s + E·s, ...`` (s = ``start_every``, as many
+        per member, the fewest any member has), member blocks kept in order."""
+        v, rssm = self.settings, self.world_model.rssm
+        members, every = rssm.ensemble_size, v.start_every
+        if members == 1 or v.ensemble_starts == "all":
+            return {k: tf.reshape(x[:, ::every], [-1, x.shape[-1]]) for k, x in posterior.items()}
+        length = next(iter(posterior.values())).shape[1]
+        count = len(range((members - 1) * every, length, members * every))
+
+        def split(x):
+            blocks = rssm.split_members(x)  # [E, B, T, size]
+            picked = tf.stack([blocks[e, :, e * every::members * every][:, :count]
+                               for e in range(members)])
+            return tf.reshape(picked, [-1, x.shape[-1]])
+        return {k: split(x) for k, x in posterior.items()}
+
     def _train_step(self, posterior, seed, reward=None):
         """One critic and one actor update from a batch's posterior states ``[B, T, size]``
         (`WorldModel.train_step` with ``return_posterior=True``) and, for the replay term
         (``value.replay_weight``), the batch's rewards ``[B, T]``."""
         v, wm = self.settings, self.world_model
-        start = {k: tf.stop_gradient(
-            tf.reshape(x[:, ::v.start_every], [-1, x.shape[-1]])) for k, x in posterior.items()}
+        start = {k: tf.stop_gradient(x) for k, x in self.start_states(posterior).items()}
         actor_vars = self.actor.trainable_variables
         critic_vars = self.critic.trainable_variables
         with tf.GradientTape() as tape:

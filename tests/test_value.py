@@ -318,3 +318,58 @@ def test_replay_weight_is_checked_and_older_configs_get_zero():
     data = config_lib.load(["debug", "value"]).to_dict()
     del data["value"]["replay_weight"]
     assert config_lib.upgrade(data)["value"]["replay_weight"] == 0.0
+
+
+# -- which start states an ensemble's members imagine from (value.ensemble_starts) -------------
+def test_split_ensemble_starts_give_each_member_its_own_offsets():
+    """``split``: member e keeps steps e·s, e·s + E·s, ... of its own block (as many per
+    member), so the E members start as many rollouts as one model; ``all``: every member
+    every s-th step; a model that is not an ensemble is unaffected."""
+    batch = _batch(np.random.default_rng(5), batch=3, length=8)
+    starts = {}
+    for mode in ("all", "split"):
+        _, world_model, value_model = _models(["model.estimator=rank1", "model.ensemble_size=2",
+                                               f"value.ensemble_starts={mode}"])
+        embed, action = world_model.rssm.tile_members((world_model.encoder(batch["obs"]),
+                                                       batch["action"]))
+        post, _ = world_model.rssm.observe(embed, action, tf.constant([1, 2]))
+        starts[mode] = {k: v.numpy() for k, v in value_model.start_states(post).items()}
+        deter = post["deter"].numpy()  # [E·B, T, size], member blocks of B = 3 rows
+    every = 2  # the value preset's start_every
+    np.testing.assert_array_equal(starts["all"]["deter"],
+                                  deter[:, ::every].reshape(-1, deter.shape[-1]))
+    want = np.concatenate([deter[e * 3:(e + 1) * 3, e * every::2 * every].reshape(
+        -1, deter.shape[-1]) for e in range(2)])  # offsets 0, 4 and 2, 6: two each
+    np.testing.assert_array_equal(starts["split"]["deter"], want)
+    assert len(starts["split"]["deter"]) == 3 * 8 // every == len(starts["all"]["deter"]) // 2
+    assert set(starts["split"]) == {"mean", "std", "stoch", "deter"}
+    _, world_model, value_model = _models(["value.ensemble_starts=split"])  # not an ensemble
+    post = _posterior(world_model, batch)
+    np.testing.assert_array_equal(value_model.start_states(post)["stoch"].numpy(),
+                                  post["stoch"].numpy()[:, ::every].reshape(3 * 4, -1))
+    _, world_model, value_model = _models(["model.estimator=rank1", "model.ensemble_size=3",
+                                           "value.ensemble_starts=split"])
+    embed, action = world_model.rssm.tile_members((world_model.encoder(batch["obs"]),
+                                                   batch["action"]))
+    post, _ = world_model.rssm.observe(embed, action, tf.constant([1, 2]))
+    metrics = value_model.train_step(post, tf.constant([3, 4]))  # offsets 0/2/4 stride 6: 1 each
+    assert len(value_model.start_states(post)["deter"]) == 3 * 3
+    assert np.isfinite(metrics["critic_loss"].numpy())
+
+
+def test_ensemble_starts_is_checked_and_older_configs_get_all():
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected one of \['all', 'split'\]\. Received: "
+                             r"value.ensemble_starts='some'$"):
+        config_lib.validate(config_lib.load(["debug"], ["value.ensemble_starts=some"]))
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected more than \(model.ensemble_size - 1\) \* "
+                             r"value.start_every = 6 .*Received: train.chunk_length=6$"):
+        config_lib.validate(config_lib.load(["debug"], [
+            "model.estimator=rank1", "model.ensemble_size=4", "value.start_every=2",
+            "value.ensemble_starts=split", "train.chunk_length=6"]))
+    config_lib.validate(config_lib.load(["debug"], [  # not an ensemble: any chunk will do
+        "value.start_every=2", "value.ensemble_starts=split", "train.chunk_length=6"]))
+    data = config_lib.load(["debug", "value"]).to_dict()
+    del data["value"]["ensemble_starts"]
+    assert config_lib.upgrade(data)["value"]["ensemble_starts"] == "all"
