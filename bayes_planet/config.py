@@ -243,8 +243,7 @@ def validate(config):
                           "distributed step yet); use strategy=none. Received: "
                           f"strategy={data['strategy']!r}")
     model, chunk = data["model"], data["train"]["chunk_length"]
-    members = model["ensemble_size"] if layer_registry.family_for(
-        "dense", model["estimator"]) != "dense" else 1
+    members = layer_registry.ensemble_members("dense", model["estimator"], model["ensemble_size"])
     if value["ensemble_starts"] == "split" and chunk <= (members - 1) * value["start_every"]:
         fail("train.chunk_length", "more than (model.ensemble_size - 1) * value.start_every = "
              f"{(members - 1) * value['start_every']} with value.ensemble_starts='split' (every "

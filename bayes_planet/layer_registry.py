@@ -30,8 +30,8 @@ Importing this module does not import TensorFlow (the agent's config reads it);
 
 import importlib
 
-__all__ = ["ensemble_family", "estimators", "families", "family_for", "get", "register",
-           "unregister"]
+__all__ = ["ensemble_family", "ensemble_members", "estimators", "families", "family_for", "get",
+           "register", "unregister"]
 
 #: family -> (its Keras twin in ``keras.layers``,
 #:            {estimator: "module.Class" in ``bayes_planet.layers``, imported by `get`}).
@@ -149,6 +149,12 @@ def family_for(family, estimator):
     raise ValueError(f"Unknown estimator for the {family!r} family. Expected one of "
                      f"{list(estimators(family, ensembles=True))}. "
                      f"Received: estimator={estimator!r}")
+
+
+def ensemble_members(family, estimator, ensemble_size):
+    """The members a ``family`` layer of ``estimator`` holds: ``ensemble_size`` for an
+    estimator of the ensemble family (``'rank1'``, ``'batch_ensemble'``), 1 for the others."""
+    return ensemble_size if family_for(family, estimator) != family else 1
 
 
 def get(family, estimator):

@@ -138,8 +138,8 @@ class RSSM(keras.layers.Layer):
         if bayesian_gru and estimator not in cells:
             raise ValueError(f"Expected an estimator with a GRU cell, one of {list(cells[1:])}, "
                              f"with bayesian_gru=True. Received: estimator={estimator!r}")
-        ensemble = layer_registry.family_for("dense", estimator) != "dense"
-        self.ensemble_size = model["ensemble_size"] if ensemble else 1
+        self.ensemble_size = layer_registry.ensemble_members("dense", estimator,
+                                                             model["ensemble_size"])
         self.deter_size, self.stoch_size = deter, stoch
         self.min_stddev, self.estimator = model["min_stddev"], estimator
         factors = (model["factor_posterior"], model["factor_prior"])

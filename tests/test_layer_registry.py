@@ -264,6 +264,8 @@ def test_ensemble_families_and_family_for():
     assert layer_registry.family_for("dense", "flipout") == "dense"
     assert layer_registry.family_for("dense", "batch_ensemble") == "dense_ensemble"
     assert layer_registry.family_for("dense", "deterministic") == "dense"
+    assert layer_registry.ensemble_members("dense", "rank1", 4) == 4
+    assert layer_registry.ensemble_members("dense", "flipout", 4) == 1
     with pytest.raises(ValueError, match=r"^Unknown estimator for the 'gru_cell' family\. "
                                          r"Expected one of \['deterministic', "
                                          r"'reparameterization', 'flipout', 'rank1'\]\. "
