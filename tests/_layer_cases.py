@@ -47,6 +47,12 @@ class Case:
         self.x_shape, self.y_shape, self.loss, self.y_kind = x_shape, y_shape, loss, y_kind
         self.fit = fit
 
+    def on_samples(self):
+        """The same layers and data with a loss on their samples: per-example noise sliced
+        from the global batch's draw (`per_example_sample`), so equal to one device."""
+        return Case(self.family, self.make_layers, self.x_shape, self.y_shape,
+                    "per_example", loss="sample_mse", y_kind=self.y_kind)
+
 
 def bl():
     import bayes_planet.layers as bl
@@ -120,30 +126,12 @@ def case_table():
             "outputs", lambda: [_outputs().MixtureLogistic(2, num_components=3, seed=1),
                                 _outputs().Discretize(num_bins=8, seed=2)],
             (8, 3), (8, 2), "exact", loss="nll", y_kind=8),
-        # the same families with a loss on their samples: per-example noise sliced from
-        # the global batch's draw (`per_example_sample`), so equal to one device
+        # two GP layers with a loss on their samples (`Case.on_samples`)
         "SparseGaussianProcess(2 layers, sample)": Case(
             "gaussian_process",
             lambda: [bl().SparseGaussianProcess(3, num_inducing=4, seed=1),
                      bl().SparseGaussianProcess(2, num_inducing=4, seed=2)],
             (8, 2), (8, 2), "per_example", loss="sample_mse"),
-        "Normal(sample)": Case("outputs", lambda: [_outputs().Normal(2, seed=1)], (8, 3),
-                                (8, 2), "per_example", loss="sample_mse"),
-        "Bernoulli(sample)": Case("outputs", lambda: [_outputs().Bernoulli(3, seed=1)],
-                                   (8, 3), (8, 3), "per_example", loss="sample_mse",
-                                   y_kind="binary"),
-        "Categorical(sample)": Case("outputs", lambda: [_outputs().Categorical(4, seed=1)],
-                                     (8, 3), (8,), "per_example", loss="sample_mse", y_kind=4),
-        "MixtureNormal(sample)": Case(
-            "outputs", lambda: [_outputs().MixtureNormal(2, num_components=3, seed=1)],
-            (8, 3), (8, 2), "per_example", loss="sample_mse"),
-        "MixtureLogistic+Discretize(sample)": Case(
-            "outputs", lambda: [_outputs().MixtureLogistic(2, num_components=3, seed=1),
-                                _outputs().Discretize(num_bins=8, seed=2)],
-            (8, 3), (8, 2), "per_example", loss="sample_mse", y_kind=8),
-        "DenseDVI(sample)": Case(
-            "dense", lambda: [bl().DenseDVI(4, activation="relu", seed=1)], (8, 3), (8, 4),
-            "per_example", loss="sample_mse"),
         # flows
         "RealNVP+Permutation+ActNorm": Case(
             "flows", flow_nll(lambda: _flows().RealNVP([8]), lambda: _flows().Permutation(),
@@ -201,7 +189,16 @@ def case_table():
             "transformer", lambda: [_transformer().TransformerBlock(2, 4, 16, seed=1)],
             (8, 5, 6), (8, 5, 6), "per_example", fit=True),
     }
+    # the families with a loss on their samples: the exact cases above, each again with
+    # ``sample_mse`` on its drawn value (straight-through where discrete)
+    for name in SAMPLE_CASES:
+        cases[f"{name}(sample)"] = cases[name].on_samples()
     return cases
+
+
+#: Cases repeated with a loss on their samples (`Case.on_samples`).
+SAMPLE_CASES = ("Normal", "Bernoulli", "Categorical", "MixtureNormal",
+                "MixtureLogistic+Discretize", "DenseDVI")
 
 
 def case_names():

@@ -45,6 +45,7 @@ from bayes_planet.layers import initializers, regularizers
 from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.ensemble import (
     ENSEMBLE_SIZE,
+    FACTOR_NAMES,
     RANK1_POSTERIOR,
     RANK1_PRIOR,
     check_factor_prior,
@@ -62,10 +63,9 @@ __all__ = ["GRUCellRank1", "LSTMCellRank1"]
 _register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 #: The rank-1 factors: (name, the kernel it scales, side) for the input (α) and output
-#: (γ) side of the kernel and of the recurrent kernel.
-_FACTORS = (("alpha", "kernel", "in"), ("gamma", "kernel", "out"),
-            ("recurrent_alpha", "recurrent_kernel", "in"),
-            ("recurrent_gamma", "recurrent_kernel", "out"))
+#: (γ) side of the kernel and of the recurrent kernel; the names are `FACTOR_NAMES`.
+_FACTORS = tuple(zip(FACTOR_NAMES, ("kernel", "kernel", "recurrent_kernel", "recurrent_kernel"),
+                     ("in", "out", "in", "out"), strict=True))
 
 
 class _Rank1Cell:
@@ -88,11 +88,10 @@ class _Rank1Cell:
             kwargs[name] = point_initializer(name, kwargs[name])
         super().__init__(seed=seed, sampling=sampling, **kwargs)
         self.ensemble_size = ensemble_size
-        given = {"alpha": (alpha_initializer, alpha_regularizer),
-                 "gamma": (gamma_initializer, gamma_regularizer),
-                 "recurrent_alpha": (recurrent_alpha_initializer, recurrent_alpha_regularizer),
-                 "recurrent_gamma": (recurrent_gamma_initializer, recurrent_gamma_regularizer)}
-        for name, (initializer, regularizer) in given.items():
+        given = ((alpha_initializer, alpha_regularizer), (gamma_initializer, gamma_regularizer),
+                 (recurrent_alpha_initializer, recurrent_alpha_regularizer),
+                 (recurrent_gamma_initializer, recurrent_gamma_regularizer))
+        for name, (initializer, regularizer) in zip(self._weight_names, given, strict=True):
             posterior = factor_initializer(f"{name}_initializer", initializer)
             prior = factor_regularizer(f"{name}_regularizer", regularizer)
             check_factor_prior(type(self).__name__, name, posterior, prior)
