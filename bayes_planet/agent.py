@@ -65,6 +65,8 @@ class Agent:
       read_only: open for reading: no lock, nothing written into ``logdir``; requires a
         checkpoint unless ``require_checkpoint=False``.
       require_checkpoint: readers only.
+      planning: readers only: ``key=value`` overrides of how the agent plans
+        (`bayes_planet.config.PLANNING_KEYS`, e.g. ``planner.beta=1``); the model is the run's.
       say: where warnings go (default: stderr).
     Attributes:
       config, run (the `Run`), logdir (the run's; a worker's own one under multi-worker),
@@ -78,7 +80,8 @@ class Agent:
         a different config, no checkpoint); `RunLockedError` if another writer holds the lock.
     """
 
-    def __init__(self, logdir, config=None, read_only=False, require_checkpoint=True, say=None):
+    def __init__(self, logdir, config=None, read_only=False, require_checkpoint=True, say=None,
+                 planning=()):
         import tensorflow as tf
 
         from bayes_planet import distribute, envs
@@ -88,6 +91,14 @@ class Agent:
 
         if read_only:
             config = read_config(logdir)
+            if planning:
+                try:
+                    config = config_lib.with_planning(config, planning)
+                except config_lib.ConfigError as e:
+                    raise RunError(f"--set: {e}") from None
+        elif planning:
+            raise RunError(f"Expected planning overrides for a reader only. Received: "
+                           f"planning={list(planning)}")
         elif config is None:
             raise RunError(f"Expected a config to open {logdir} for writing. Received: None")
         self.config = c = check_config(config)

@@ -65,7 +65,7 @@ def _eval(args):
                          "Received: --out=None")
     if args.video:  # Checked before any episode is collected.
         check_output_dir("--out", args.out, check_logdir(args.logdir))
-    agent = Agent(args.logdir, read_only=True)
+    agent = Agent(args.logdir, read_only=True, planning=args.set or ())
     collector = agent.collector
     returns = []
     for i in range(args.episodes):
@@ -77,7 +77,8 @@ def _eval(args):
             out = pathlib.Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             envs.write_video(np.stack(frames), out / f"eval_cli_{i}.mp4", fps=20)
-    print(f"eval over {args.episodes} episodes (checkpoint {agent.restored}): return "
+    changed = f", {', '.join(args.set)}" if args.set else ""
+    print(f"eval over {args.episodes} episodes (checkpoint {agent.restored}{changed}): return "
           f"{np.mean(returns):.1f} ± {np.std(returns):.1f} "
           f"({', '.join(f'{r:.1f}' for r in returns)})")
 
@@ -119,6 +120,9 @@ def build_parser():
     evaluate.add_argument("--episodes", type=_positive_int, default=5)
     evaluate.add_argument("--video", action="store_true", help="write mp4s to --out")
     evaluate.add_argument("--out", default=None, help="folder for --video (not the run)")
+    evaluate.add_argument("--set", action="append", metavar="KEY=VALUE",
+                          help="plan differently with the trained model: planner.* or "
+                               "value.policy_proposals, e.g. --set planner.beta=1")
     evaluate.set_defaults(func=_eval)
     probe = sub.add_parser("probe", help="latent probes: R² of true physics from the latent")
     probe.add_argument("--logdir", required=True)

@@ -18,6 +18,7 @@ from bayes_planet import _startup, layer_registry, yaml_config
 from bayes_planet.yaml_config import Config, ConfigError
 
 __all__ = [
+    "PLANNING_KEYS",
     "Config",
     "ConfigError",
     "load",
@@ -26,6 +27,7 @@ __all__ = [
     "read",
     "upgrade",
     "validate",
+    "with_planning",
 ]
 
 _PATH = pathlib.Path(__file__).with_name("configs.yaml")
@@ -58,6 +60,22 @@ _OLD_CEM_KEYS = ("candidates", "top_k", "iterations")
 _OLD_RANK1_FACTORS = ("trainable_rank1_normal", "rank1_normal_kl_divergence")
 
 
+#: The keys a trained run may be evaluated with other values of (``bayes-planet eval --set``):
+#: how the agent plans, not what it learned.
+PLANNING_KEYS = ("planner", "value.policy_proposals")
+
+
+def with_planning(config, overrides):
+    """A run's ``config`` with ``key=value`` overrides of `PLANNING_KEYS` only, type- and
+    range-checked (`validate`); a one-line `ConfigError` naming any other key."""
+    for text in overrides:
+        key = text.split("=", 1)[0].strip()
+        if not any(key == k or key.startswith(k + ".") for k in PLANNING_KEYS):
+            raise ConfigError(f"Expected a planning key ({', '.join(PLANNING_KEYS)}): a trained "
+                              f"run's model is fixed. Received: {text}")
+    return validate(yaml_config.override(config, overrides, path=_PATH))
+
+
 def upgrade(data):
     """An agent config mapping of an older layout in today's (a new dict; ``data`` unchanged).
 
@@ -79,6 +97,8 @@ def upgrade(data):
       a value section without the key gets ``replay_weight: 0.0``.
     * before ``value.ensemble_starts`` existed, every member of an ensemble transition
       imagined from every start state: a value section without the key gets ``all``.
+    * before ``planner.warm_start`` existed, every step's search started afresh: a planner
+      section without the key gets ``warm_start: false``.
     * before ``model.factor_posterior``/``factor_prior`` existed, a rank-1 transition took
       the layers' default of that time: a model section without them gets
       ``trainable_rank1_normal`` / ``rank1_normal_kl_divergence`` (that default, not today's).
@@ -102,6 +122,8 @@ def upgrade(data):
     if isinstance(data.get("value"), dict) and "ensemble_starts" not in data["value"]:
         data["value"]["ensemble_starts"] = "all"
     planner = data.get("planner")
+    if isinstance(planner, dict) and "warm_start" not in planner:
+        planner["warm_start"] = False
     if isinstance(planner, dict) and "name" not in planner and "cem" not in planner:
         old = {key: planner.pop(key) for key in _OLD_CEM_KEYS if key in planner}
         if old:

@@ -13,7 +13,9 @@ the rewards are discounted and the critic's value of the last state is added (va
 planning), and rollouts of its policy join the planner's candidates
 (``value.policy_proposals``). The first action of the plan is returned;
 exploration noise (PlaNet: 0.3) is added during collection and the action clipped
-to the spec.
+to the spec. With ``planner.warm_start`` the plan is kept in the policy state (``plan``: its
+offset from the action box's middle, so the zero initial state is PlaNet's start) and the next
+step's search starts at it shifted by one step, the new last step at the middle (TD-MPC).
 
 An ensemble transition (``model.estimator`` ``rank1`` or ``batch_ensemble``, E members): the
 belief is filtered by every member (policy state ``[E, size]`` per environment, member
@@ -103,6 +105,10 @@ class PlannerPolicy(tf_policy.TFPolicy):
         state_spec = {"mean": spec(rssm.stoch_size), "std": spec(rssm.stoch_size),
                       "stoch": spec(rssm.stoch_size), "deter": spec(rssm.deter_size),
                       "action": tf.TensorSpec([world_model.action_size], tf.float32)}
+        self._warm_start = bool(planner.warm_start)
+        if self._warm_start:
+            state_spec["plan"] = tf.TensorSpec([planner.horizon, world_model.action_size],
+                                               tf.float32)
         # clip=False: `_action` clips (the belief's next filtering step must see the action the
         # environment receives), so TF-Agents' own clip in `action()` would be a second one.
         super().__init__(time_step_spec, action_spec, policy_state_spec=state_spec,
@@ -140,7 +146,8 @@ class PlannerPolicy(tf_policy.TFPolicy):
         obs = wm.observation(time_step.observation[self._obs_key][:, None])
         embed = wm.encoder(obs)[:, 0]
         rssm = wm.rssm
-        prev = {k: self._flat_beliefs(v) for k, v in policy_state.items() if k != "action"}
+        prev = {k: self._flat_beliefs(v) for k, v in policy_state.items()
+                if k not in ("action", "plan")}
         filter_seed, weight_seed = tf.unstack(tf.random.experimental.stateless_split(seed[0], 2))
         with fixed_noise(rssm, weight_seed):  # The filtering step's weight draw is seeded too.
             post, _ = rssm.obs_step(prev, rssm.tile_members(policy_state["action"]),
@@ -155,16 +162,24 @@ class PlannerPolicy(tf_policy.TFPolicy):
         proposals = None
         if self._proposals:
             proposals = self._value_proposals(post, seed[2])
+        middle = (self._low + self._high) / 2
+        initial_mean = None
+        if self._warm_start:  # The last plan one step on; its new last step at the middle.
+            shifted = tf.concat([policy_state["plan"][:, 1:],
+                                 tf.zeros_like(policy_state["plan"][:, :1])], 1)
+            initial_mean = middle + shifted
         plan = self._plan(objective, cfg[cfg.name], horizon=cfg.horizon,
                           action_dim=wm.action_size, action_low=self._low,
                           action_high=self._high, seed=seed[2], batch_shape=(batch,),
-                          proposals=proposals)
+                          proposals=proposals, initial_mean=initial_mean)
         action = plan[:, 0]
         if self._noise:
             action += self._noise * tf.random.stateless_normal(
                 tf.shape(action), tf.random.experimental.stateless_fold_in(seed[2], 1))
         action = tf.clip_by_value(action, self._low, self._high)
         new_state = dict({k: self._batched_beliefs(v) for k, v in post.items()}, action=action)
+        if self._warm_start:
+            new_state["plan"] = plan - middle
         return policy_step.PolicyStep(action, new_state, ())
 
     def _flat_beliefs(self, x):

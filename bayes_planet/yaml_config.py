@@ -169,6 +169,16 @@ def load(presets=(), overrides=(), *, path):
     return Config(config)
 
 
+def override(config, overrides, *, path):
+    """``config`` (a `Config`) with ``key=value`` overrides merged and type-checked against the
+    defaults of ``path``, as `load` merges them."""
+    defaults = _raw(path)["defaults"]
+    data = config.to_dict()
+    for text in overrides:
+        _merge(data, _parse_override(text), defaults)
+    return Config(data)
+
+
 def dump(config):
     """The config as YAML text (what `write` writes)."""
     return yaml.safe_dump(config.to_dict(), sort_keys=False)

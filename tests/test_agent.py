@@ -62,6 +62,41 @@ def test_policy_state_carries_the_belief(setup):
     assert float(tf.reduce_sum(tf.abs(step.state["mean"]))) > 0
 
 
+def test_warm_start_keeps_the_plan_and_starts_the_next_search_from_it(setup):
+    """``planner.warm_start``: the plan (as an offset from the box's middle, 0 for [-1, 1])
+    rides in the policy state and its first step is the action; the zero initial state is
+    PlaNet's start (the first action is the same as without), later searches start elsewhere."""
+    config, tf_env, model = setup
+    warm = config_lib.load(["debug"], ["planner.warm_start=true", "planner.cem.iterations=1"])
+    cold = config_lib.load(["debug"], ["planner.cem.iterations=1"])
+    actions = {}
+    for name, planner in (("warm", warm.planner), ("cold", cold.planner)):
+        policy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, planner)
+        time_step, state = tf_env.reset(), policy.get_initial_state(1)
+        if name == "warm":
+            assert state["plan"].shape == (1, planner.horizon, 1)
+        actions[name] = []
+        for i in range(4):
+            step = policy.action(time_step, state, seed=tf.constant([2, i]))
+            actions[name].append(float(step.action[0, 0]))
+            if name == "warm":
+                assert step.state["plan"].shape == (1, planner.horizon, 1)
+                np.testing.assert_allclose(step.state["plan"][:, 0].numpy(),
+                                           step.action.numpy(), atol=1e-6)
+            else:
+                assert "plan" not in step.state
+            state, time_step = step.state, tf_env.step(step.action)
+    assert actions["warm"][0] == actions["cold"][0]
+    assert actions["warm"][1:] != actions["cold"][1:]
+
+
+def test_older_configs_plan_without_warm_start():
+    text = config_lib.load(["debug"]).to_dict()
+    del text["planner"]["warm_start"]
+    import yaml
+    assert config_lib.parse(yaml.safe_dump(text)).planner.warm_start is False
+
+
 def _cli(*args, timeout=600):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.run([sys.executable, "-m", "bayes_planet.cli", *args],

@@ -337,6 +337,34 @@ def test_bad_logdirs_and_bad_runs_are_one_line_errors(tmp_path, capsys):
     assert (garbage / "config.yaml").read_text() == "{{{ not: yaml"
 
 
+def test_eval_plans_differently_with_set_and_refuses_other_keys(reference, tmp_path, capsys):
+    """``eval --set`` changes how the trained agent plans (planner.*, value.policy_proposals),
+    never the run; any other key, or a bad value, is a one-line error naming it."""
+    from bayes_planet import cli
+
+    logdir = tmp_path / "run"
+    shutil.copytree(reference, logdir)
+    before = _snapshot(logdir)
+    base = ["eval", "--logdir", str(logdir), "--episodes", "1"]
+    outputs = {}
+    for sets in ((), ("planner.cem.iterations=1", "planner.warm_start=true")):
+        args = base + [a for s in sets for a in ("--set", s)]
+        assert cli.main(args) == 0
+        outputs[sets] = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "planner.cem.iterations=1, planner.warm_start=true" in outputs[sets]
+    returns = {k: v.split("return ")[1] for k, v in outputs.items()}
+    assert returns[()] != returns[sets]  # Another planner, another episode.
+    for value, message in (("model.deter=8", "Expected a planning key"),
+                           ("train.seed_episodes=1", "Received: train.seed_episodes=1"),
+                           ("planner.beta=.nan", "planner.beta=nan"),
+                           ("planner.cem.top_k=0", "planner.cem.top_k=0"),
+                           ("planner.horizon=x", "planner.horizon")):
+        assert cli.main(base + ["--set", value]) == 2, value
+        err = _error_lines(capsys.readouterr().err)
+        assert len(err) == 1 and message in err[0], (value, err)
+    assert _snapshot(logdir) == before
+
+
 def test_eval_without_a_checkpoint_is_refused(tmp_path):
     logdir = tmp_path / "run"
     assert _train(logdir, fault="seed_episode:1").returncode == -9  # Config, no checkpoint.

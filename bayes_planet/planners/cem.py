@@ -134,14 +134,14 @@ def cross_entropy_method(
 
 @register("cem")
 def plan_cem(objective_fn, settings, horizon, action_dim, action_low, action_high, seed,
-             batch_shape=(), proposals=None):
+             batch_shape=(), proposals=None, initial_mean=None):
     """The agent's ``cem`` planner: `cross_entropy_method` with the ``planner.cem`` settings
     (``candidates``, ``top_k``, ``iterations``); see `bayes_planet.planners.registry`."""
     return cross_entropy_method(
         objective_fn, horizon=horizon, action_dim=action_dim, action_low=action_low,
         action_high=action_high, num_candidates=settings["candidates"],
         top_k=settings["top_k"], iterations=settings["iterations"], seed=seed,
-        batch_shape=batch_shape, proposals=proposals)
+        batch_shape=batch_shape, proposals=proposals, initial_mean=initial_mean)
 
 
 def random_shooting(
