@@ -164,18 +164,21 @@ def load(presets=(), overrides=(), *, path):
             raise ConfigError(
                 f"unknown preset {name!r}; known presets: {', '.join(sorted(raw['presets']))}")
         _merge(config, raw["presets"][name] or {}, defaults)
-    for text in overrides:
-        _merge(config, _parse_override(text), defaults)
+    _merge_overrides(config, overrides, defaults)
     return Config(config)
+
+
+def _merge_overrides(data, overrides, defaults):
+    """Merges ``key=value`` overrides into the mapping ``data``, type-checked by ``defaults``."""
+    for text in overrides:
+        _merge(data, _parse_override(text), defaults)
 
 
 def override(config, overrides, *, path):
     """``config`` (a `Config`) with ``key=value`` overrides merged and type-checked against the
     defaults of ``path``, as `load` merges them."""
-    defaults = _raw(path)["defaults"]
     data = config.to_dict()
-    for text in overrides:
-        _merge(data, _parse_override(text), defaults)
+    _merge_overrides(data, overrides, _raw(path)["defaults"])
     return Config(data)
 
 
