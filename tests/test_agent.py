@@ -66,11 +66,15 @@ def test_warm_start_keeps_the_plan_and_starts_the_next_search_from_it(setup):
     """``planner.warm_start``: the plan (as an offset from the box's middle, 0 for [-1, 1])
     rides in the policy state and its first step is the action; the zero initial state is
     PlaNet's start (the first action is the same as without), later searches start elsewhere."""
-    config, tf_env, model = setup
+    _, _, model = setup
     warm = config_lib.load(["debug"], ["planner.warm_start=true", "planner.cem.iterations=1"])
     cold = config_lib.load(["debug"], ["planner.cem.iterations=1"])
     actions = {}
     for name, planner in (("warm", warm.planner), ("cold", cold.planner)):
+        # A fresh environment each: both episodes start from the same state (a shared one's
+        # second reset would not), whatever other tests did with the fixture's.
+        env = envs.make("cartpole-swingup", obs_type="state", seed=0, episode_length=80)
+        tf_env = tf_py_environment.TFPyEnvironment(TFAgentsEnv(env))
         policy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, planner)
         time_step, state = tf_env.reset(), policy.get_initial_state(1)
         if name == "warm":
@@ -86,6 +90,7 @@ def test_warm_start_keeps_the_plan_and_starts_the_next_search_from_it(setup):
             else:
                 assert "plan" not in step.state
             state, time_step = step.state, tf_env.step(step.action)
+        env.close()
     assert actions["warm"][0] == actions["cold"][0]
     assert actions["warm"][1:] != actions["cold"][1:]
 
