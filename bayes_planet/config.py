@@ -18,6 +18,7 @@ from bayes_planet import _startup, layer_registry, yaml_config
 from bayes_planet.yaml_config import Config, ConfigError
 
 __all__ = [
+    "EXTENDABLE_KEYS",
     "PLANNING_KEYS",
     "Config",
     "ConfigError",
@@ -63,6 +64,11 @@ _OLD_RANK1_FACTORS = ("trainable_rank1_normal", "rank1_normal_kl_divergence")
 #: The keys a trained run may be evaluated with other values of (``bayes-planet eval --set``):
 #: how the agent plans, not what it learned.
 PLANNING_KEYS = ("planner", "value.policy_proposals")
+
+#: The keys a trainer may reopen a run with other values of (`bayes_planet.run.Run`): how long
+#: it trains, which nothing before its end depends on, so a run of 50 episodes extended to 100
+#: equals a run of 100 (the run tests check it).
+EXTENDABLE_KEYS = ("train.episodes",)
 
 
 def with_planning(config, overrides):

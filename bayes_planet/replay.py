@@ -37,12 +37,28 @@ import zipfile
 
 import numpy as np
 
-__all__ = ["EpisodeRecorder", "EpisodeReplay"]
+__all__ = ["EpisodeRecorder", "EpisodeReplay", "episode_files"]
 
 _EPISODE_FILE = re.compile(r"^(\d{6,})-(\d+)\.npz$")
 _TEMP_FILE = re.compile(r"^\.(\d{6,})-(\d+)\.npz\.tmp\.(\d+)$")
+
+
 # Boolean, integer, unsigned and floating arrays; no objects, strings or complex numbers.
 _NUMERIC_KINDS = "biuf"
+
+
+def episode_files(directory):
+    """``[(index, steps, path)]`` of the committed episode files in ``directory``, sorted by
+    index (``[]`` if it does not exist), without reading them."""
+    if not os.path.isdir(directory):
+        return []
+    files = []
+    for name in os.listdir(directory):
+        match = _EPISODE_FILE.match(name)
+        if match:
+            files.append((int(match.group(1)), int(match.group(2)),
+                          os.path.join(directory, name)))
+    return sorted(files)
 
 
 def _check_positive_int(name, value):
@@ -201,7 +217,7 @@ class EpisodeReplay:
         else:
             os.makedirs(self._directory, exist_ok=True)
             self._remove_stale_temp_files()
-        files = self._episode_files()
+        files = episode_files(self._directory)
         missing = sorted(set(range(len(files) and files[-1][0] + 1)) - {f[0] for f in files})
         if missing:  # Episodes are numbered 0, 1, ... without gaps: a lost file is damage.
             shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
@@ -363,16 +379,6 @@ class EpisodeReplay:
             del self._episodes[:excess]
             del self._steps[:excess]
         self._steps_array = None
-
-    def _episode_files(self):
-        """``[(index, steps, path)]`` of the complete episode files, sorted by index."""
-        files = []
-        for name in os.listdir(self._directory):
-            match = _EPISODE_FILE.match(name)
-            if match:
-                index, steps = int(match.group(1)), int(match.group(2))
-                files.append((index, steps, os.path.join(self._directory, name)))
-        return sorted(files)
 
     def _remove_stale_temp_files(self):
         for name in os.listdir(self._directory):

@@ -18,7 +18,9 @@ config, types, ranges, the task and the model's fit to the environment, before i
 
 * an exclusive lock: a second writer on the same logdir gets `RunLockedError` and writes nothing;
 * the config is written atomically, or compared with the one on disk (a different one is refused;
-  a ``config.yaml`` of an older layout is migrated when read, `bayes_planet.config.read`);
+  a ``config.yaml`` of an older layout is migrated when read, `bayes_planet.config.read`), except
+  that `bayes_planet.config.EXTENDABLE_KEYS` (``train.episodes``) may change: the run is
+  extended (or ends sooner, never before the episodes collected) and its config rewritten;
 * left-over temporary files of killed writers are deleted;
 * work that was not committed is discarded (`discard_uncommitted`): an episode is committed when
   its file is in ``episodes/``; before that the run writes its checkpoint (if due) and its
@@ -49,6 +51,7 @@ import sys
 import numpy as np
 
 from bayes_planet import config as config_lib
+from bayes_planet import replay as replay_lib
 from bayes_planet import yaml_config
 from bayes_planet.faults import fault_armed, fault_point
 from bayes_planet.replay import fsync_path
@@ -136,17 +139,20 @@ def _one_line(error):
     return text[0] if text else type(error).__name__
 
 
-def _diff(a, b, prefix=""):
+def _changes(a, b, prefix=""):
+    """``[(dotted key, value in a, value in b)]`` where the nested mappings differ."""
     out = []
     for key in sorted(set(a) | set(b)):
         va, vb = a.get(key), b.get(key)
         if isinstance(va, dict) and isinstance(vb, dict):
-            inner = _diff(va, vb, f"{prefix}{key}.")
-            if inner:
-                out.append(inner)
+            out += _changes(va, vb, f"{prefix}{key}.")
         elif va != vb:
-            out.append(f"{prefix}{key}: {va!r} -> {vb!r}")
-    return "; ".join(out)
+            out.append((f"{prefix}{key}", va, vb))
+    return out
+
+
+def _diff(changes):
+    return "; ".join(f"{key}: {va!r} -> {vb!r}" for key, va, vb in changes)
 
 
 def _directory(name, path, expected="a directory"):
@@ -257,16 +263,31 @@ class Run:
             except (OSError, config_lib.ConfigError) as e:
                 raise RunError(f"cannot read the run's config: {_one_line(e)}") from None
             if previous != self.config:
-                diff = _diff(previous.to_dict(), self.config.to_dict())
-                raise RunError(
-                    f"logdir {logdir} holds a run with a different config ({diff}); "
-                    "use a new --logdir or the same presets and --set values")
+                self._extend(path, previous)
         else:
             _atomic_write(path, yaml_config.dump(self.config), fault="config_write")
         checkpoints = logdir / "checkpoints"
         checkpoints.mkdir(exist_ok=True)
         for temp in checkpoints.glob(".tmp-*"):
             shutil.rmtree(temp, ignore_errors=True)
+
+    def _extend(self, path, previous):
+        """Rewrites ``config.yaml`` when ``previous`` differs from the config only in
+        `config.EXTENDABLE_KEYS` (no fewer episodes than are collected); a `RunError` naming
+        the differences otherwise."""
+        changes = _changes(previous.to_dict(), self.config.to_dict())
+        fixed = [c for c in changes if c[0] not in config_lib.EXTENDABLE_KEYS]
+        if fixed:
+            raise RunError(
+                f"logdir {self.logdir} holds a run with a different config ({_diff(fixed)}); "
+                "use a new --logdir or the same presets and --set values")
+        collected = len(replay_lib.episode_files(self.logdir / "episodes"))
+        if self.config.train.episodes < collected:
+            raise RunError(
+                f"Expected train.episodes >= the {collected} episodes collected in "
+                f"{self.logdir}. Received: train.episodes={self.config.train.episodes}")
+        _atomic_write(path, yaml_config.dump(self.config), fault="config_write")
+        self.say(f"run {self.logdir}: {_diff(changes)} ({collected} episodes collected)")
 
     def episodes_dir(self):
         """``<logdir>/episodes`` (a reader's must exist: `RunError` otherwise)."""

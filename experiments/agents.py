@@ -19,8 +19,9 @@ or its entry of ``seeds_per_task``), in ``<out>/runs/<variant>/seed<seed>/`` for
 wall-clock in ``launches.jsonl``. Sequential by default (``--parallel N`` runs N at once;
 the runs then share the cores, which inflates their wall-clock). Rerunning the command skips
 finished runs (as many episodes on disk as ``train.episodes``) and resumes unfinished ones
-(the trainer restores its checkpoint and replay). All run configs are validated before the
-first launch.
+(the trainer restores its checkpoint and replay); a larger ``train.episodes`` in ``overrides``
+extends finished runs (``bayes_planet.config.EXTENDABLE_KEYS``: equal to runs that long from the
+start). All run configs are validated before the first launch.
 
 **Aggregation** (always, also with ``--aggregate-only``), per variant over seeds:
 
@@ -71,7 +72,6 @@ import json
 import math
 import os
 import pathlib
-import re
 import subprocess
 import sys
 import time
@@ -80,10 +80,10 @@ import numpy as np
 
 from bayes_planet import yaml_config as _config  # noqa: E402
 from bayes_planet.experiment import load_script
+from bayes_planet.replay import episode_files
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 report = load_script(pathlib.Path(__file__).with_name("agents_report.py"), "agents_report")
-_EPISODE_FILE = re.compile(r"^\d{6,}-\d+\.npz$")
 
 
 # ---------------------------------------------------------------- the grid
@@ -164,10 +164,7 @@ def train_command(run, base_presets):
 
 
 def episodes_on_disk(logdir):
-    folder = pathlib.Path(logdir) / "episodes"
-    if not folder.is_dir():
-        return 0
-    return sum(1 for p in folder.iterdir() if _EPISODE_FILE.match(p.name))
+    return len(episode_files(pathlib.Path(logdir) / "episodes"))
 
 
 def _env():
@@ -333,9 +330,7 @@ def coverage_cells(physics, spec, bins):
 
 def coverage_curves(logdir, coverage, steps_by_episode):
     """``{grid: [(env_steps, fraction)]}`` after each collected episode (None: no physics)."""
-    folder = pathlib.Path(logdir) / "episodes"
-    files = sorted(p for p in folder.iterdir() if _EPISODE_FILE.match(p.name)) if folder.is_dir() \
-        else []
+    files = [path for _, _, path in episode_files(pathlib.Path(logdir) / "episodes")]
     visited = {g["name"]: set() for g in coverage["grids"]}
     curves = {name: [] for name in visited}
     bins = coverage["bins"]

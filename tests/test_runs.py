@@ -177,6 +177,38 @@ def test_resume_from_an_older_checkpoint_redoes_the_updates_exactly(reference, t
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+def test_a_finished_run_extended_with_more_episodes_equals_the_longer_run(reference, tmp_path):
+    """train.episodes may grow on a rerun (config.EXTENDABLE_KEYS): 2 episodes, then 3, equal the
+    uninterrupted 3 (rows and checkpoint); fewer than collected, or any other key, is refused."""
+    logdir = tmp_path / "run"
+    short = _train(logdir, "train.episodes=2")
+    assert short.returncode == 0, short.stderr[-2000:]
+    assert [r["episode"] for r in _rows(logdir)] == [1, 2]
+    extended = _train(logdir)  # The debug preset's 3 episodes.
+    assert extended.returncode == 0, extended.stderr[-3000:]
+    assert "train.episodes: 2 -> 3 (2 episodes collected)" in extended.stderr
+    assert _rows(logdir) == _rows(reference)
+    assert config_lib.read(logdir / "config.yaml").train.episodes == 3
+    a, b = _tensors(_latest_checkpoint(reference)), _tensors(_latest_checkpoint(logdir))
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    def files():  # The writer's lock file names its pid: not data.
+        return {k: v for k, v in _snapshot(logdir).items() if k != ".lock"}
+
+    before = files()
+    fewer = _train(logdir, "train.episodes=2")
+    assert fewer.returncode == 2
+    assert _error_lines(fewer.stderr) == [
+        f"bayes-planet train: error: Expected train.episodes >= the 3 episodes collected in {logdir}. "
+        "Received: train.episodes=2"], fewer.stderr[-2000:]
+    other = _train(logdir, "train.episodes=4", "train.updates_per_episode=4")
+    assert other.returncode == 2
+    assert "train.updates_per_episode: 3 -> 4" in other.stderr
+    assert "train.episodes" not in _error_lines(other.stderr)[0], other.stderr[-2000:]
+    assert files() == before  # Both refusals wrote nothing.
+
+
 def _old_layout(path):
     """Rewrites a run's config.yaml in the layout before ``planner.name``: the CEM settings
     (candidates, top_k, iterations) directly in ``planner``."""
