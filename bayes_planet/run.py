@@ -139,18 +139,6 @@ def _one_line(error):
     return text[0] if text else type(error).__name__
 
 
-def _changes(a, b, prefix=""):
-    """``[(dotted key, value in a, value in b)]`` where the nested mappings differ."""
-    out = []
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += _changes(va, vb, f"{prefix}{key}.")
-        elif va != vb:
-            out.append((f"{prefix}{key}", va, vb))
-    return out
-
-
 def _diff(changes):
     return "; ".join(f"{key}: {va!r} -> {vb!r}" for key, va, vb in changes)
 
@@ -275,7 +263,7 @@ class Run:
         """Rewrites ``config.yaml`` when ``previous`` differs from the config only in
         `config.EXTENDABLE_KEYS` (no fewer episodes than are collected); a `RunError` naming
         the differences otherwise."""
-        changes = _changes(previous.to_dict(), self.config.to_dict())
+        changes = yaml_config.changes(previous, self.config)
         fixed = [c for c in changes if c[0] not in config_lib.EXTENDABLE_KEYS]
         if fixed:
             raise RunError(

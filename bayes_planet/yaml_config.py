@@ -25,6 +25,7 @@ __all__ = [
     "ConfigError",
     "add_arguments",
     "add_preset_argument",
+    "changes",
     "dump",
     "load",
     "load_dict",
@@ -180,6 +181,21 @@ def override(config, overrides, *, path):
     data = config.to_dict()
     _merge_overrides(data, overrides, _raw(path)["defaults"])
     return Config(data)
+
+
+def changes(a, b):
+    """``[(dotted key, value in a, value in b)]`` where the nested mappings ``a`` and ``b``
+    (or `Config` objects) differ, sorted by key."""
+    a = a.to_dict() if isinstance(a, Config) else a
+    b = b.to_dict() if isinstance(b, Config) else b
+    out = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += [(f"{key}.{k}", x, y) for k, x, y in changes(va, vb)]
+        elif va != vb:
+            out.append((key, va, vb))
+    return out
 
 
 def dump(config):

@@ -59,7 +59,11 @@ runs: they are not trained again and are aggregated with the local ones (status
 ``merged from <file>``). A cell is (task, estimator, β, weight prior, seed), so a one-task
 archive (written before ``tasks``, with its ``task``) fills its task's cells of a grid of
 several. The archived grid must have the same base presets, overrides and weight priors
-and share a task; a cell archived twice is refused. A merged run's probe R² was measured
+and share a task; a cell archived twice is refused. Each run of ``results.json`` keeps its
+merged training config (archives written before it did are checked by the names above only),
+and fills a cell only if it equals the cell's config: a preset edited since the archive, or
+another ``train.episodes``, is refused naming the keys (a run is extended in its own logdir,
+not through ``merge``). A merged run's probe R² was measured
 on its own grid's held-out episodes, not on this grid's.
 
 Writes ``config.yaml``, ``results.json``, ``summary.md``, ``tasks_table.md`` and the PNGs
@@ -143,7 +147,8 @@ def grid(config, out):
                      "estimator": variant["estimator"], "seed": seed, "sets": sets,
                      "cell": cell(variant, seed),
                      "logdir": pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}",
-                     "episodes": train_config.train.episodes})
+                     "episodes": train_config.train.episodes,
+                     "config": train_config.to_dict()})
     return runs
 
 
@@ -295,8 +300,23 @@ def archived_runs(config):
 
 
 def _local(runs, archived):
-    """The runs to train or probe here: those not filled by an archived run."""
-    return [r for r in runs if r["cell"] not in archived or episodes_on_disk(r["logdir"])]
+    """The runs to train or probe here: those not filled by an archived run. An archived run
+    that kept its training config fills a cell only if it equals the cell's: a one-line
+    `ConfigError` naming the differences otherwise (a preset changed since, or another
+    ``train.episodes``)."""
+    local = []
+    for run in runs:
+        earlier = archived.get(run["cell"])
+        if earlier is None or episodes_on_disk(run["logdir"]):
+            local.append(run)
+        elif "config" in earlier:
+            diff = _config.changes(earlier["config"], run["config"])
+            if diff:
+                shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in diff)
+                raise _config.ConfigError(
+                    f"merge: {run['variant']} seed {run['seed']} ({earlier['status']}) was "
+                    f"trained with another config than this grid's ({shown})")
+    return local
 
 
 # ---------------------------------------------------------------- reading runs
@@ -355,7 +375,7 @@ def read_run(run, config):
     records = read_metrics(logdir)  # The run's reader: a torn last row is left out.
     evals = [(r["env_steps"], r["eval_return"]) for r in records if "eval_return" in r]
     out = {
-        "logdir": str(logdir), "episodes": len(records),
+        "logdir": str(logdir), "config": run["config"], "episodes": len(records),
         "finished": episodes_on_disk(logdir) >= run["episodes"],
         "env_steps": records[-1]["env_steps"] if records else 0,
         "curves": {

@@ -245,3 +245,15 @@ def _check_merge_of_archived_runs(agents, archive, variants, out):
                      f"merge=[{archive}, {archive}]"])
     with pytest.raises(errors, match="expected a results.json file"):
         agents.main(["--preset", "debug", "--out", str(out), "--set", f"merge=[{out}/no.json]"])
+    # A run keeps its training config: the same preset names that meant another config then
+    # (a preset edited since) are refused, naming the key.
+    earlier = json.loads(archive.read_text())
+    run = earlier["variants"]["deterministic"]["runs"]["0"]
+    assert run["config"]["train"]["updates_per_episode"] == 3
+    run["config"]["train"]["updates_per_episode"] = 4
+    edited = out.parent / "edited_results.json"
+    edited.write_text(json.dumps(earlier))
+    with pytest.raises(errors, match=r"merge: deterministic seed 0 \(merged from .*\) was trained "
+                                     r"with another config than this grid's \(train\."
+                                     r"updates_per_episode: 4 -> 3\)"):
+        agents.main(["--preset", "debug", "--out", str(out), "--set", f"merge=[{edited}]"])
