@@ -105,6 +105,8 @@ def upgrade(data):
       imagined from every start state: a value section without the key gets ``all``.
     * before ``planner.warm_start`` existed, every step's search started afresh: a planner
       section without the key gets ``warm_start: false``.
+    * before ``planner.novelty`` existed, the planner had no disagreement bonus: a planner
+      section without the key gets ``novelty: 0.0``.
     * before ``model.factor_posterior``/``factor_prior`` existed, a rank-1 transition took
       the layers' default of that time: a model section without them gets
       ``trainable_rank1_normal`` / ``rank1_normal_kl_divergence`` (that default, not today's).
@@ -130,6 +132,8 @@ def upgrade(data):
     planner = data.get("planner")
     if isinstance(planner, dict) and "warm_start" not in planner:
         planner["warm_start"] = False
+    if isinstance(planner, dict) and "novelty" not in planner:
+        planner["novelty"] = 0.0
     if isinstance(planner, dict) and "name" not in planner and "cem" not in planner:
         old = {key: planner.pop(key) for key in _OLD_CEM_KEYS if key in planner}
         if old:
@@ -154,7 +158,7 @@ _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "train.learn
                    "value.actor_learning_rate", "value.grad_clip")
 _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
                        "loss.weight_kl_scale", "planner.exploration_noise", "value.actor_entropy",
-                       "value.replay_weight")
+                       "value.replay_weight", "planner.novelty")
 #: (low, high, whether low is allowed) of floats in an interval; high is allowed.
 _INTERVALS = {"value.discount": (0.0, 1.0, False), "value.td_lambda": (0.0, 1.0, True),
               "value.target_rate": (0.0, 1.0, False)}
@@ -276,6 +280,12 @@ def validate(config):
         fail("train.chunk_length", "more than (model.ensemble_size - 1) * value.start_every = "
              f"{(members - 1) * value['start_every']} with value.ensemble_starts='split' (every "
              "member needs a start)", chunk)
+    rollouts = planner["weight_samples"] * members
+    if planner["novelty"] > 0 and (model["estimator"] == "deterministic" or rollouts < 2):
+        fail("planner.novelty", "0 unless the planner rolls each candidate out more than once "
+             "(planner.weight_samples >= 2 of a Bayesian transition, or an ensemble's members; "
+             f"here model.estimator={model['estimator']!r}, planner.weight_samples="
+             f"{planner['weight_samples']})", planner["novelty"])
     cells = layer_registry.estimators("gru_cell", ensembles=True)
     if data["model"]["bayesian_gru"] and data["model"]["estimator"] not in cells:
         raise ConfigError(f"model.bayesian_gru=True has no {data['model']['estimator']} cell; "

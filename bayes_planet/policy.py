@@ -23,6 +23,12 @@ belief is filtered by every member (policy state ``[E, size]`` per environment, 
 belief, K weight samples (draws of the rank-1 factors) each: the score is ``mean + beta *
 std`` over the E·K returns (with K = 1, across the members). Value-policy proposals come from
 every member's belief in turn (``ceil(P / E)`` each, ``P`` kept).
+
+``planner.novelty`` adds optimism about states rather than returns: the score gains
+``novelty · Σ_t w_t d_t``, ``d_t`` the std across the K·E rollouts of a candidate of the
+predicted latent mean at step t (Plan2Explore's disagreement, Sekar et al., 2020, used in
+planning; ``w_t = γ^(t-1)`` with a value, else 1). Where no reward has been seen, every rollout
+predicts none and ``beta`` has nothing to act on; the disagreement is still there.
 """
 
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
@@ -55,31 +61,49 @@ def imagined_returns(world_model, state, actions, seeds, value_model=None):
       ``[K·E, B, N]`` predicted returns (``k·E + e``: weight sample k of member e; E = 1
       for a transition that is not an ensemble).
     """
+    return _rollouts(world_model, state, actions, seeds, value_model)[0]
+
+
+def _rollouts(world_model, state, actions, seeds, value_model=None, disagreement=False):
+    """`imagined_returns` and, with ``disagreement``, the rollouts' discounted latent
+    disagreement ``[B, N]`` (else None): ``Σ_t w_t d_t``, ``d_t`` the population std across
+    the K·E rollouts of the prior's mean at step t, averaged over its dimensions
+    (``w_t = γ^(t-1)`` with ``value_model``, else 1)."""
     rssm = world_model.rssm
     n, horizon = tf.shape(actions)[1], actions.shape[2]
     tiled = {k: tf.repeat(v[:, None], n, axis=1) for k, v in state.items()}  # [(E·)B, N, D]
     actions = rssm.tile_members(actions)  # Every member rolls out every candidate.
-    returns = []
+    weights = tf.ones([horizon])
+    if value_model is not None:
+        gamma = value_model.discount
+        weights = tf.constant([gamma ** t for t in range(horizon)], tf.float32)
+    returns, means = [], []
     for k in range(seeds.shape[0]):
         prior = rssm.imagine(actions, tiled, seeds[k])
         rewards = world_model.predict_reward(prior)  # [(E·)B, N, H]
-        if value_model is None:
-            total = tf.reduce_sum(rewards, -1)
-        else:
-            gamma = value_model.discount
-            weights = tf.constant([gamma ** t for t in range(horizon)], rewards.dtype)
+        total = tf.reduce_sum(rewards * tf.cast(weights, rewards.dtype), -1)
+        if value_model is not None:
             last = {key: v[:, :, -1] for key, v in prior.items()}
-            total = (tf.reduce_sum(rewards * weights, -1)
-                     + gamma ** horizon * value_model.value(last))
+            total += gamma ** horizon * value_model.value(last)
         returns.append(rssm.split_members(total))  # [E, B, N]
-    return tf.concat(returns, 0)
+        if disagreement:
+            means.append(rssm.split_members(prior["mean"]))  # [E, B, N, H, S]
+    if not disagreement:
+        return tf.concat(returns, 0), None
+    spread = tf.reduce_mean(tf.math.reduce_std(tf.concat(means, 0), 0), -1)  # [B, N, H]
+    return tf.concat(returns, 0), tf.reduce_sum(spread * tf.cast(weights, spread.dtype), -1)
 
 
-def candidate_scores(world_model, state, actions, seeds, beta, value_model=None):
+def candidate_scores(world_model, state, actions, seeds, beta, value_model=None, novelty=0.0):
     """The planner's objective: `uncertainty_aware_score` (``mean + beta * std``) of the
-    `imagined_returns` over the weight samples and members, ``[B, N]``."""
-    return uncertainty_aware_score(
-        imagined_returns(world_model, state, actions, seeds, value_model), beta)
+    `imagined_returns` over the weight samples and members, ``[B, N]``, plus ``novelty`` times
+    the rollouts' discounted latent disagreement (``planner.novelty``; see `_rollouts`)."""
+    returns, disagreement = _rollouts(world_model, state, actions, seeds, value_model,
+                                      disagreement=bool(novelty))
+    score = uncertainty_aware_score(returns, beta)
+    if novelty:
+        score += novelty * disagreement
+    return score
 
 
 class PlannerPolicy(tf_policy.TFPolicy):
@@ -157,7 +181,7 @@ class PlannerPolicy(tf_policy.TFPolicy):
 
         def objective(actions):
             return candidate_scores(wm, post, actions, sample_seeds, cfg.beta,
-                                    self._value_model)
+                                    self._value_model, cfg.novelty)
 
         proposals = None
         if self._proposals:

@@ -51,6 +51,23 @@ def test_policy_respects_the_action_spec_and_seeds(setup):
     assert np.any(np.abs(np.concatenate(actions)) == 1.0)
 
 
+def test_novelty_changes_the_plan_and_only_with_a_weight(setup):
+    """planner.novelty through the policy (the setup's K = 2 mean-field samples): 0 plans as
+    without it; a large weight makes the disagreement decide, so the plans differ."""
+    config, tf_env, model = setup
+    time_step = tf_env.reset()
+    actions = {}
+    for novelty in (0.0, 1e4):
+        planner = config_lib.with_planning(config, [f"planner.novelty={novelty}"]).planner
+        policy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, planner)
+        step = policy.action(time_step, policy.get_initial_state(1), seed=tf.constant([3, 0]))
+        actions[novelty] = step.action.numpy()
+    plain = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, config.planner)
+    step = plain.action(time_step, plain.get_initial_state(1), seed=tf.constant([3, 0]))
+    np.testing.assert_array_equal(actions[0.0], step.action.numpy())
+    assert not np.array_equal(actions[0.0], actions[1e4])
+
+
 def test_policy_state_carries_the_belief(setup):
     config, tf_env, model = setup
     policy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, config.planner)
@@ -95,11 +112,12 @@ def test_warm_start_keeps_the_plan_and_starts_the_next_search_from_it(setup):
     assert actions["warm"][1:] != actions["cold"][1:]
 
 
-def test_older_configs_plan_without_warm_start():
+def test_older_configs_plan_without_warm_start_or_novelty():
     text = config_lib.load(["debug"]).to_dict()
-    del text["planner"]["warm_start"]
+    del text["planner"]["warm_start"], text["planner"]["novelty"]
     import yaml
-    assert config_lib.parse(yaml.safe_dump(text)).planner.warm_start is False
+    planner = config_lib.parse(yaml.safe_dump(text)).planner
+    assert planner.warm_start is False and planner.novelty == 0.0
 
 
 def _cli(*args, timeout=600):

@@ -76,9 +76,10 @@ def _members_as_models(ensemble, members):
 def test_each_member_filters_the_whole_batch_and_candidates_score_mean_plus_beta_std(estimator):
     """The members are explicit deterministic models (rank-1: the factors at their means,
     inside `posterior_mean`): filtering the tiled batch gives each member's own posterior, and
-    a candidate's score is ``mean + β·std`` (population std) of the members' returns,
-    computed here by hand from the per-member models."""
-    members, beta = 3, 0.7
+    a candidate's score is ``mean + β·std`` (population std) of the members' returns (plus
+    ``planner.novelty`` times the members' latent disagreement), computed here by hand from
+    the per-member models."""
+    members, beta, novelty = 3, 0.7, 2.5
     model = WorldModel(_config(estimator, f"model.ensemble_size={members}",
                                "model.min_stddev=1e-6"), (5,), 1)
     _near_deterministic_latents(model)
@@ -96,18 +97,26 @@ def test_each_member_filters_the_whole_batch_and_candidates_score_mean_plus_beta
         last = {k: v[:, -1] for k, v in post.items()}  # [E·B, size], member blocks
         returns = imagined_returns(model, last, candidates, seeds).numpy()
         scores = candidate_scores(model, last, candidates, seeds, beta).numpy()
-    expected = []
+        novel = candidate_scores(model, last, candidates, seeds, beta, novelty=novelty).numpy()
+    expected, means = [], []
     for e, det in enumerate(references):
         ref, _ = det.rssm.observe(det.encoder(obs), action, tf.constant([3, 4]))
         for key in ("deter", "mean"):
             np.testing.assert_allclose(by_member[key][e], ref[key], atol=1e-4, err_msg=key)
         ref_last = {k: v[:, -1] for k, v in ref.items()}
         expected.append(imagined_returns(det, ref_last, candidates, seeds)[0].numpy())
+        tiled = {k: tf.repeat(v[:, None], candidates.shape[1], axis=1)
+                 for k, v in ref_last.items()}
+        means.append(det.rssm.imagine(candidates, tiled, seeds[0])["mean"].numpy())
     expected = np.stack(expected)  # [E, B, N]
     assert returns.shape == (members, 2, 5)
     np.testing.assert_allclose(returns, expected, atol=1e-4)
     assert expected.std(0).min() > 1e-3  # The members disagree: the std term matters.
     np.testing.assert_allclose(scores, expected.mean(0) + beta * expected.std(0), atol=1e-4)
+    # planner.novelty: + η Σ_t (std across members of the prior mean at t, averaged over dims).
+    disagreement = np.stack(means).std(0).mean(-1).sum(-1)  # [B, N]
+    assert disagreement.min() > 1e-3
+    np.testing.assert_allclose(novel, scores + novelty * disagreement, atol=1e-4)
 
 
 def test_k_weight_samples_per_member_give_k_times_e_returns():

@@ -211,6 +211,28 @@ def test_imagined_returns_add_the_discounted_terminal_value():
     np.testing.assert_allclose(plain[0], rewards.sum(-1), rtol=1e-5)
 
 
+def test_novelty_adds_the_discounted_disagreement_of_the_weight_samples():
+    """planner.novelty with a mean-field transition: K = 2 weight samples; the bonus is
+    Σ_t γ^(t-1) (std over the samples of the prior mean at t, averaged over its dims)."""
+    from bayes_planet.policy import candidate_scores
+
+    _, world_model, value_model = _models(["value.discount=0.9"])
+    rng = np.random.default_rng(1)
+    state = {k: tf.constant(rng.normal(size=v.shape), tf.float32)
+             for k, v in world_model.rssm.initial(2).items()}
+    actions = tf.constant(rng.uniform(-1, 1, size=(2, 3, 4, 1)), tf.float32)
+    seeds = tf.constant([[1, 2], [5, 6]])
+    plain = candidate_scores(world_model, state, actions, seeds, 0.5, value_model).numpy()
+    novel = candidate_scores(world_model, state, actions, seeds, 0.5, value_model,
+                             novelty=3.0).numpy()
+    tiled = {k: tf.repeat(v[:, None], 3, axis=1) for k, v in state.items()}
+    means = np.stack([world_model.rssm.imagine(actions, tiled, seed)["mean"].numpy()
+                      for seed in seeds])  # [K, B, N, H, S]
+    disagreement = (means.std(0).mean(-1) * 0.9 ** np.arange(4)).sum(-1)
+    assert disagreement.min() > 1e-4  # Two weight draws: the rollouts differ.
+    np.testing.assert_allclose(novel - plain, 3.0 * disagreement, rtol=1e-4, atol=1e-6)
+
+
 def test_proposals_are_policy_rollouts_in_the_box():
     _, world_model, value_model = _models()
     state = world_model.rssm.initial(2)
@@ -230,6 +252,11 @@ def test_proposals_are_policy_rollouts_in_the_box():
     (["value.policy_proposals=-1"], "value.policy_proposals=-1"),
     (["value.actor_init_std=0.05"], "value.actor_init_std=0.05"),
     (["value.enabled=true", "strategy=mirrored"], "strategy='mirrored'"),
+    (["planner.novelty=-1"], "Expected a non-negative number. Received: planner.novelty=-1"),
+    (["planner.novelty=1"], r"here model.estimator='reparameterization', "
+                            r"planner.weight_samples=1\). Received: planner.novelty=1"),
+    (["planner.novelty=1", "model.estimator=deterministic", "planner.weight_samples=4"],
+     "here model.estimator='deterministic'"),
 ])
 def test_bad_value_settings_are_one_line_errors(sets, message):
     config = config_lib.load(["debug"], sets)
