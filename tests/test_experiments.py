@@ -123,6 +123,16 @@ def test_agent_grid_names_and_commands(agents, tmp_path):
     assert "model.weight_prior=scale_mixture" in command and "seed=0" in command
     with pytest.raises(agents._config.ConfigError, match="model.weight_prior"):
         agents.grid(load(agents.CONFIG_PATH, [], ["weight_priors=[laplace]"]), tmp_path)
+    # planner.novelty is a dimension too: the sparse grid, and its cells differ by it.
+    config = load(agents.CONFIG_PATH, ["sparse"])
+    runs = agents.grid(config, tmp_path)
+    assert [r["variant"] for r in runs[:2]] == ["reparameterization_novelty0",
+                                                "reparameterization_novelty100"]
+    assert runs[0]["cell"] != runs[1]["cell"] and runs[0]["cell"][3] == 0.0
+    assert runs[1]["config"]["planner"]["novelty"] == 100.0
+    assert "planner.novelty=100.0" in agents.train_command(runs[1], config["base_presets"])
+    with pytest.raises(agents._config.ConfigError, match="Received: planner.novelty=100.0"):
+        agents.grid({**config, "estimators": ["deterministic"]}, tmp_path)
 
 
 def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tmp_path):
