@@ -36,9 +36,10 @@ def test_tasks_preset_grid(agents, tmp_path):
     assert first["logdir"] == tmp_path / "runs" / "cartpole-swingup" / "deterministic" / "seed0"
     command = agents.train_command(runs[11], config["base_presets"])
     assert command[command.index("--preset") + 1] == "cpu,value"
-    assert "task=walker-walk" in command and "model.estimator=reparameterization" in command
+    assert "task=walker-walk" in command and "model.estimator=rank1" in command
+    assert "planner.cem.iterations=2" in command and "train.updates_per_episode=200" in command
     labels = {(v["task"], v["label"]) for v in agents.variants(config)}
-    assert labels == {(t, e) for t in seeds for e in ("deterministic", "reparameterization")}
+    assert labels == {(t, e) for t in seeds for e in ("deterministic", "rank1")}
 
 
 def test_tasks_preset_reaches_the_last_table_step_on_every_task(agents, tmp_path):
