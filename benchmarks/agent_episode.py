@@ -13,10 +13,10 @@ variants round by round (A B A B: the machine is shared), one episode's phases a
 * ``train``: the training phase, ``train.updates_per_episode`` updates (`Trainer.train`: world
   model step, and the value model's step when ``value.enabled``);
 * ``collect``: one collection episode with the planner (exploration noise on);
-* ``eval``: one evaluation episode (no noise, no video).
+* ``eval``: one evaluation (``eval.episodes`` episodes, no noise, no video).
 
 Prints JSON: per variant and phase the median seconds, the episode total, episodes per hour on
-this machine (train + collect, plus eval every ``eval.every`` episodes) and each variant's
+this machine (train + collect, plus an evaluation every ``eval.every`` episodes) and each variant's
 total relative to the first one; the load average before and after.
 """
 
@@ -68,6 +68,12 @@ def _time_phases(trainer, round_index):
     return times
 
 
+def episode_seconds(phases, config):
+    """Seconds per training episode: ``train + collect + eval / eval.every`` (``eval`` times
+    a whole evaluation, its ``eval.episodes`` episodes)."""
+    return phases["train"] + phases["collect"] + phases["eval"] / config.eval.every
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--variants", nargs="+", default=["cpu", "cpu,value"])
@@ -91,7 +97,7 @@ def main(argv=None):
     for v, rows in samples.items():
         cfg = trainers[v].agent.config
         med = {phase: statistics.median(r[phase] for r in rows) for phase in rows[0]}
-        per_episode = med["train"] + med["collect"] + med["eval"] * cfg.eval.episodes / cfg.eval.every
+        per_episode = episode_seconds(med, cfg)
         first = first or per_episode
         result["variants"][v] = {"updates_per_episode": cfg.train.updates_per_episode,
                                  "estimator": cfg.model.estimator,

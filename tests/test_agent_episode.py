@@ -29,3 +29,13 @@ def test_one_round_times_every_phase_of_each_variant():
         assert row["episodes_per_hour"] == pytest.approx(3600 / row["episode_s"], rel=0.01)
     assert rows["debug"]["relative_to_first"] == 1.0
     assert [row["updates_per_episode"] for row in rows.values()] == [3, 1]
+
+
+def test_an_evaluation_of_several_episodes_is_counted_once_per_eval_every():
+    """``eval`` times `Trainer.evaluate`, all ``eval.episodes`` episodes: the episode total
+    adds it once per ``eval.every`` episodes (it was multiplied by eval.episodes again)."""
+    from bayes_planet import config as config_lib
+
+    config = config_lib.load(["cpu"], ["eval.episodes=5", "eval.every=5"])
+    phases = {"train": 40.0, "collect": 2.0, "eval": 10.0}  # 5 episodes of 2 s
+    assert agent_episode.episode_seconds(phases, config) == 44.0
