@@ -41,8 +41,6 @@ __all__ = ["EpisodeRecorder", "EpisodeReplay", "episode_files"]
 
 _EPISODE_FILE = re.compile(r"^(\d{6,})-(\d+)\.npz$")
 _TEMP_FILE = re.compile(r"^\.(\d{6,})-(\d+)\.npz\.tmp\.(\d+)$")
-
-
 # Boolean, integer, unsigned and floating arrays; no objects, strings or complex numbers.
 _NUMERIC_KINDS = "biuf"
 

@@ -51,10 +51,9 @@ import sys
 import numpy as np
 
 from bayes_planet import config as config_lib
-from bayes_planet import replay as replay_lib
 from bayes_planet import yaml_config
 from bayes_planet.faults import fault_armed, fault_point
-from bayes_planet.replay import fsync_path
+from bayes_planet.replay import episode_files, fsync_path
 
 __all__ = [
     "NonFiniteError",
@@ -269,7 +268,7 @@ class Run:
             raise RunError(
                 f"logdir {self.logdir} holds a run with a different config ({_diff(fixed)}); "
                 "use a new --logdir or the same presets and --set values")
-        collected = len(replay_lib.episode_files(self.logdir / "episodes"))
+        collected = len(episode_files(self.logdir / "episodes"))
         if self.config.train.episodes < collected:
             raise RunError(
                 f"Expected train.episodes >= the {collected} episodes collected in "
