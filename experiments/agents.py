@@ -9,6 +9,7 @@ the grid comes from presets in ``agents.yaml``::
     python experiments/agents.py --preset comparison --probe         # + exp. 2 latent probes
     python experiments/agents.py --preset comparison --aggregate-only
     python experiments/agents.py --preset tasks                      # 6 tasks, tasks_table.md
+    python experiments/agents.py --preset sparse                     # novelty on a sparse task
     python experiments/agents.py --preset debug --out /tmp/agents    # seconds per run
 
 **Runs.** One ``bayes-planet train`` subprocess per (task, estimator, β, weight prior, seed)
