@@ -138,10 +138,6 @@ def _one_line(error):
     return text[0] if text else type(error).__name__
 
 
-def _diff(changes):
-    return "; ".join(f"{key}: {va!r} -> {vb!r}" for key, va, vb in changes)
-
-
 def _directory(name, path, expected="a directory"):
     """``path`` as a path; a one-line `RunError` naming ``name`` for an empty one (it would
     mean the current directory) or a path that exists and is not a directory."""
@@ -266,7 +262,7 @@ class Run:
         fixed = [c for c in changes if c[0] not in config_lib.EXTENDABLE_KEYS]
         if fixed:
             raise RunError(
-                f"logdir {self.logdir} holds a run with a different config ({_diff(fixed)}); "
+                f"logdir {self.logdir} holds a run with a different config ({yaml_config.describe_changes(fixed)}); "
                 "use a new --logdir or the same presets and --set values")
         collected = len(episode_files(self.logdir / "episodes"))
         if self.config.train.episodes < collected:
@@ -274,7 +270,7 @@ class Run:
                 f"Expected train.episodes >= the {collected} episodes collected in "
                 f"{self.logdir}. Received: train.episodes={self.config.train.episodes}")
         _atomic_write(path, yaml_config.dump(self.config), fault="config_write")
-        self.say(f"run {self.logdir}: {_diff(changes)} ({collected} episodes collected)")
+        self.say(f"run {self.logdir}: {yaml_config.describe_changes(changes)} ({collected} episodes collected)")
 
     def episodes_dir(self):
         """``<logdir>/episodes`` (a reader's must exist: `RunError` otherwise)."""

@@ -26,6 +26,7 @@ __all__ = [
     "add_arguments",
     "add_preset_argument",
     "changes",
+    "describe_changes",
     "dump",
     "load",
     "load_dict",
@@ -196,6 +197,11 @@ def changes(a, b):
         elif va != vb:
             out.append((key, va, vb))
     return out
+
+
+def describe_changes(changes):
+    """`changes` as one line: ``key: old -> new; ...``."""
+    return "; ".join(f"{key}: {va!r} -> {vb!r}" for key, va, vb in changes)
 
 
 def dump(config):

@@ -12,9 +12,9 @@ the grid comes from presets in ``agents.yaml``::
     python experiments/agents.py --preset sparse                     # novelty on a sparse task
     python experiments/agents.py --preset debug --out /tmp/agents    # seconds per run
 
-**Runs.** One ``bayes-planet train`` subprocess per (task, estimator, β, weight prior, seed)
-of ``tasks`` × ``estimators`` × ``betas`` × ``novelties`` × ``weight_priors`` × the task's seeds (``seeds``,
-or its entry of ``seeds_per_task``), in ``<out>/runs/<variant>/seed<seed>/`` for one task and
+**Runs.** One ``bayes-planet train`` subprocess per (task, estimator, β, novelty, weight prior,
+seed) of ``tasks`` × ``estimators`` × ``betas`` × ``novelties`` × ``weight_priors`` × the task's
+seeds (``seeds``, or its entry of ``seeds_per_task``), in ``<out>/runs/<variant>/seed<seed>/`` for one task and
 ``<out>/runs/<task>/<variant>/seed<seed>/`` for several (the variant is then named
 ``<task>/<variant>`` everywhere), with its output in ``train.log`` and the launcher's
 wall-clock in ``launches.jsonl``. Sequential by default (``--parallel N`` runs N at once;
@@ -319,10 +319,10 @@ def _local(runs, archived):
         elif "config" in earlier:
             diff = _config.changes(earlier["config"], run["config"])
             if diff:
-                shown = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in diff)
                 raise _config.ConfigError(
                     f"merge: {run['variant']} seed {run['seed']} ({earlier['status']}) was "
-                    f"trained with another config than this grid's ({shown})")
+                    f"trained with another config than this grid's "
+                    f"({_config.describe_changes(diff)})")
     return local
 
 
