@@ -107,6 +107,9 @@ def upgrade(data):
       section without the key gets ``warm_start: false``.
     * before ``planner.novelty`` existed, the planner had no disagreement bonus: a planner
       section without the key gets ``novelty: 0.0``.
+    * before ``planner.exploration_final`` existed, the collection noise was constant: a
+      planner section without it gets ``exploration_final: null`` (and the default
+      ``exploration_decay_steps``, read only when the final noise is set).
     * before ``model.factor_posterior``/``factor_prior`` existed, a rank-1 transition took
       the layers' default of that time: a model section without them gets
       ``trainable_rank1_normal`` / ``rank1_normal_kl_divergence`` (that default, not today's).
@@ -134,6 +137,10 @@ def upgrade(data):
         planner["warm_start"] = False
     if isinstance(planner, dict) and "novelty" not in planner:
         planner["novelty"] = 0.0
+    if isinstance(planner, dict) and "exploration_final" not in planner:
+        planner["exploration_final"] = None
+        planner["exploration_decay_steps"] = (
+            yaml_config.load_dict(_PATH)["planner"]["exploration_decay_steps"])
     if isinstance(planner, dict) and "name" not in planner and "cem" not in planner:
         old = {key: planner.pop(key) for key in _OLD_CEM_KEYS if key in planner}
         if old:
@@ -151,7 +158,8 @@ _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.ensemble_s
                  "planner.horizon", "planner.cem.candidates", "planner.cem.top_k",
                  "planner.cem.iterations", "planner.weight_samples", "eval.every",
                  "eval.episodes", "env.image_size", "env.episode_length", "env.action_repeat",
-                 "value.imagine_horizon", "value.start_every", "value.units", "value.layers")
+                 "value.imagine_horizon", "value.start_every", "value.units", "value.layers",
+                 "planner.exploration_decay_steps")
 _NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals")
 _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "train.learning_rate",
                    "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
@@ -250,6 +258,10 @@ def validate(config):
     if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 8:
         fail("train.pixel_bits", "an integer in [1, 8]", bits)
     planner = data["planner"]
+    final = planner["exploration_final"]
+    if final is not None and (isinstance(final, bool) or not isinstance(final, (int, float))
+                              or not math.isfinite(final) or final < 0):
+        fail("planner.exploration_final", "null or a non-negative number", final)
     sections = sorted(k for k, v in planner.items() if isinstance(v, dict))
     if planner["name"] not in sections:
         fail("planner.name", f"one of {sections}", planner["name"])

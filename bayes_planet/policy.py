@@ -41,7 +41,7 @@ from bayes_planet import planners
 from bayes_planet.layers import fixed_noise
 from bayes_planet.planners.objectives import uncertainty_aware_score
 
-__all__ = ["PlannerPolicy", "candidate_scores", "imagined_returns"]
+__all__ = ["PlannerPolicy", "candidate_scores", "exploration_noise", "imagined_returns"]
 
 
 def imagined_returns(world_model, state, actions, seeds, value_model=None):
@@ -106,6 +106,18 @@ def candidate_scores(world_model, state, actions, seeds, beta, value_model=None,
     return score
 
 
+def exploration_noise(planner, env_steps):
+    """The std of the collection noise after ``env_steps`` environment steps (action repeat
+    counted): ``planner.exploration_noise``, falling linearly to ``planner.exploration_final``
+    over the first ``planner.exploration_decay_steps`` and constant after; constant throughout
+    when ``exploration_final`` is None."""
+    start, final = float(planner.exploration_noise), planner.exploration_final
+    if final is None:
+        return start
+    fraction = min(1.0, max(0, env_steps) / planner.exploration_decay_steps)
+    return start + fraction * (float(final) - start)
+
+
 class PlannerPolicy(tf_policy.TFPolicy):
     """Planning in the world model's latent space (see the module docstring).
 
@@ -114,7 +126,8 @@ class PlannerPolicy(tf_policy.TFPolicy):
       world_model: a trained `bayes_planet.world_model.WorldModel`.
       planner: the ``planner`` config section (name, horizon, weight_samples, beta,
         exploration_noise, and the named planner's own sub-section, e.g. ``cem``).
-      explore: add Gaussian exploration noise (collection) or not (evaluation).
+      explore: add Gaussian exploration noise (collection) or not (evaluation); its std
+        starts at ``planner.exploration_noise`` and follows `set_exploration_noise`.
       value_model: optional `bayes_planet.value.ValueModel` (value-aware planning).
       proposals: rollouts of the value model's policy added to the planner's candidates
         (0: none).
@@ -141,7 +154,9 @@ class PlannerPolicy(tf_policy.TFPolicy):
         self._value_model = value_model
         self._proposals = int(proposals) if value_model is not None else 0
         self._plan = planners.get(planner.name)
-        self._noise = float(planner.exploration_noise) if explore else 0.0
+        self._explore = bool(explore)
+        self._noise = tf.Variable(float(planner.exploration_noise) if explore else 0.0,
+                                  dtype=tf.float32, trainable=False, name="exploration_noise")
         self._low = tf.constant(action_spec.minimum, tf.float32)
         self._high = tf.constant(action_spec.maximum, tf.float32)
         self._obs_key = next(iter(time_step_spec.observation))
@@ -153,6 +168,12 @@ class PlannerPolicy(tf_policy.TFPolicy):
     def reseed(self, seed, stream=0):
         """Restarts the policy's own seed stream (e.g. once per episode)."""
         self._seed_base.assign([int(seed) % (2**31 - 1), int(stream) % (2**31 - 1)])
+
+    def set_exploration_noise(self, std):
+        """Sets the std of the collection noise (e.g. `exploration_noise` once per episode)."""
+        if not self._explore:
+            raise ValueError("set_exploration_noise: this policy does not explore (explore=False)")
+        self._noise.assign(float(std))
 
     def _variables(self):
         value = self._value_model.trainable_variables if self._value_model is not None else ()
@@ -197,7 +218,7 @@ class PlannerPolicy(tf_policy.TFPolicy):
                           action_high=self._high, seed=seed[2], batch_shape=(batch,),
                           proposals=proposals, initial_mean=initial_mean)
         action = plan[:, 0]
-        if self._noise:
+        if self._explore:
             action += self._noise * tf.random.stateless_normal(
                 tf.shape(action), tf.random.experimental.stateless_fold_in(seed[2], 1))
         action = tf.clip_by_value(action, self._low, self._high)

@@ -33,6 +33,7 @@ import tensorflow as tf
 from bayes_planet import envs, seeds
 from bayes_planet.agent import Agent
 from bayes_planet.faults import fault_point
+from bayes_planet.policy import exploration_noise
 from bayes_planet.run import NonFiniteError, read_metrics
 from bayes_planet.world_model import as_batch
 
@@ -163,6 +164,8 @@ class Trainer:
             losses = {}
             if k >= c.train.seed_episodes:
                 losses = self.train(max(0, self.target_updates(k) - int(a.updates.numpy())))
+                collector.collect_policy.set_exploration_noise(exploration_noise(
+                    c.planner, replay.num_steps * collector.env.action_repeat))
                 policy, fault = collector.policy("collect", k), "plan"
             else:
                 policy, fault = collector.policy("random", k), "seed_episode"

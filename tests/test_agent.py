@@ -13,7 +13,7 @@ from tf_agents.environments import tf_py_environment
 from bayes_planet import config as config_lib
 from bayes_planet import envs
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv
-from bayes_planet.policy import PlannerPolicy
+from bayes_planet.policy import PlannerPolicy, exploration_noise
 from bayes_planet.world_model import WorldModel
 
 
@@ -115,9 +115,79 @@ def test_warm_start_keeps_the_plan_and_starts_the_next_search_from_it(setup):
 def test_older_configs_plan_without_warm_start_or_novelty():
     text = config_lib.load(["debug"]).to_dict()
     del text["planner"]["warm_start"], text["planner"]["novelty"]
+    del text["planner"]["exploration_final"], text["planner"]["exploration_decay_steps"]
     import yaml
     planner = config_lib.parse(yaml.safe_dump(text)).planner
     assert planner.warm_start is False and planner.novelty == 0.0
+    assert planner.exploration_final is None  # Constant noise, as before the key.
+    assert planner.exploration_decay_steps == config_lib.load().planner.exploration_decay_steps
+
+
+def test_exploration_noise_falls_linearly_then_stays():
+    constant = config_lib.load(["debug"], ["planner.exploration_noise=0.4"]).planner
+    assert [exploration_noise(constant, s) for s in (0, 10**6)] == [0.4, 0.4]
+    planner = config_lib.load(["debug"], ["planner.exploration_noise=0.5",
+                                          "planner.exploration_final=0.05",
+                                          "planner.exploration_decay_steps=1000"]).planner
+    expected = {0: 0.5, 250: 0.3875, 500: 0.275, 1000: 0.05, 5000: 0.05}
+    for steps, value in expected.items():
+        assert exploration_noise(planner, steps) == pytest.approx(value, abs=1e-12)
+    rising = config_lib.load(["debug"], ["planner.exploration_noise=0",
+                                         "planner.exploration_final=1",
+                                         "planner.exploration_decay_steps=10"]).planner
+    assert exploration_noise(rising, 5) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("sets, message", [
+    (["planner.exploration_final=-0.1"],
+     r"Expected null or a non-negative number. Received: planner.exploration_final=-0.1"),
+    (["planner.exploration_final=.nan"], r"planner.exploration_final=nan"),
+    (["planner.exploration_final='low'"], r"planner.exploration_final='low'"),
+    (["planner.exploration_decay_steps=0"],
+     r"Expected a positive integer. Received: planner.exploration_decay_steps=0"),
+])
+def test_bad_exploration_settings_are_one_line_errors(sets, message):
+    config = config_lib.load(["debug"], sets)
+    with pytest.raises(config_lib.ConfigError, match=message) as info:
+        config_lib.validate(config)
+    assert "\n" not in str(info.value)
+
+
+def test_collection_noise_follows_the_set_std(setup):
+    """The collecting policy's noise is the std last set: 0 acts as the evaluation policy does
+    (same seed), another std moves the action by std times the same normal draw."""
+    config, tf_env, model = setup
+    explore = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model,
+                            config.planner, explore=True)
+    greedy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, config.planner)
+    time_step, seed = tf_env.reset(), tf.constant([4, 0])
+    act = lambda policy: float(policy.action(  # noqa: E731
+        time_step, policy.get_initial_state(1), seed=seed).action[0, 0])
+    plan = act(greedy)
+    explore.set_exploration_noise(0.0)
+    assert act(explore) == plan
+    explore.set_exploration_noise(0.01)
+    small = act(explore) - plan
+    explore.set_exploration_noise(0.02)
+    assert small != 0 and act(explore) - plan == pytest.approx(2 * small, rel=1e-3)
+    with pytest.raises(ValueError, match="explore=False"):
+        greedy.set_exploration_noise(0.1)
+
+
+def test_training_sets_the_scheduled_noise_before_each_collected_episode(tmp_path, monkeypatch):
+    """Episodes of 120 env steps, 2 seed episodes: the planner's episodes 3 and 4 start after
+    240 and 360 env steps, so a fall 0.3 -> 0.1 over 480 steps gives them 0.2 and 0.15."""
+    from bayes_planet.training import Trainer
+
+    calls = []
+    original = PlannerPolicy.set_exploration_noise
+    monkeypatch.setattr(PlannerPolicy, "set_exploration_noise",
+                        lambda self, std: calls.append(std) or original(self, std))
+    config = config_lib.load(["debug"], ["eval.video=false", "train.episodes=4",
+                                         "planner.exploration_final=0.1",
+                                         "planner.exploration_decay_steps=480"])
+    Trainer(config, tmp_path / "run").loop(progress=False)
+    assert calls == pytest.approx([0.2, 0.15])
 
 
 def _cli(*args, timeout=600):
