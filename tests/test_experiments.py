@@ -126,12 +126,13 @@ def test_agent_grid_names_and_commands(agents, tmp_path):
     # planner.novelty is a dimension too: the sparse grid, and its cells differ by it.
     config = load(agents.CONFIG_PATH, ["sparse"])
     runs = agents.grid(config, tmp_path)
-    assert [r["variant"] for r in runs[:2]] == ["reparameterization_novelty0",
+    assert [r["variant"] for r in runs[:3]] == ["reparameterization_novelty0",
+                                                "reparameterization_novelty10",
                                                 "reparameterization_novelty100"]
-    assert runs[0]["cell"] != runs[1]["cell"] and runs[0]["cell"][3] == 0.0
-    assert runs[1]["config"]["planner"]["novelty"] == 100.0
-    assert "planner.novelty=100.0" in agents.train_command(runs[1], config["base_presets"])
-    with pytest.raises(agents._config.ConfigError, match="Received: planner.novelty=100.0"):
+    assert runs[0]["cell"] != runs[2]["cell"] and runs[0]["cell"][3] == 0.0
+    assert runs[2]["config"]["planner"]["novelty"] == 100.0
+    assert "planner.novelty=100.0" in agents.train_command(runs[2], config["base_presets"])
+    with pytest.raises(agents._config.ConfigError, match="Received: planner.novelty=10.0"):
         agents.grid({**config, "estimators": ["deterministic"]}, tmp_path)
 
 
