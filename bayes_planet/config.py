@@ -166,7 +166,10 @@ _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "train.learn
                    "value.actor_learning_rate", "value.grad_clip")
 _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
                        "loss.weight_kl_scale", "planner.exploration_noise", "value.actor_entropy",
-                       "value.replay_weight", "planner.novelty")
+                       "value.replay_weight", "planner.novelty", "planner.exploration_final")
+#: Keys of the lists above that may also be null (their default then applies: PlaNet's
+#: per-task action repeat; constant exploration noise).
+_NULLABLE = ("env.action_repeat", "planner.exploration_final")
 #: (low, high, whether low is allowed) of floats in an interval; high is allowed.
 _INTERVALS = {"value.discount": (0.0, 1.0, False), "value.td_lambda": (0.0, 1.0, True),
               "value.target_rate": (0.0, 1.0, False)}
@@ -224,17 +227,20 @@ def validate(config):
     data = config.to_dict() if isinstance(config, Config) else config
 
     def fail(path, expected, value):
+        expected = f"null or {expected}" if path in _NULLABLE else expected
         raise ConfigError(f"Expected {expected}. Received: {path}={value!r}")
 
     for path in _POSITIVE_INT + _NON_NEGATIVE_INT:
         value = _get(data, path)
-        if value is None and path == "env.action_repeat":
+        if value is None and path in _NULLABLE:
             continue
         low = 0 if path in _NON_NEGATIVE_INT else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             fail(path, "a positive integer" if low else "a non-negative integer", value)
     for path in _POSITIVE_FLOAT + _NON_NEGATIVE_FLOAT + _FINITE_FLOAT:
         value = _get(data, path)
+        if value is None and path in _NULLABLE:
+            continue
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             fail(path, "a finite number", value)
         if path in _POSITIVE_FLOAT and value <= 0:
@@ -258,10 +264,6 @@ def validate(config):
     if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 8:
         fail("train.pixel_bits", "an integer in [1, 8]", bits)
     planner = data["planner"]
-    final = planner["exploration_final"]
-    if final is not None and (isinstance(final, bool) or not isinstance(final, (int, float))
-                              or not math.isfinite(final) or final < 0):
-        fail("planner.exploration_final", "null or a non-negative number", final)
     sections = sorted(k for k, v in planner.items() if isinstance(v, dict))
     if planner["name"] not in sections:
         fail("planner.name", f"one of {sections}", planner["name"])
