@@ -19,6 +19,7 @@ from bayes_planet.yaml_config import Config, ConfigError
 
 __all__ = [
     "EXTENDABLE_KEYS",
+    "PLANNER_LATENT",
     "PLANNING_KEYS",
     "Config",
     "ConfigError",
@@ -110,6 +111,8 @@ def upgrade(data):
     * before ``planner.exploration_final`` existed, the collection noise was constant: a
       planner section without it gets ``exploration_final: null`` (and the default
       ``exploration_decay_steps``, read only when the final noise is set).
+    * before ``planner.latent`` existed, every candidate drew its own latent samples: a
+      planner section without the key gets ``latent: sample``.
     * before ``model.factor_posterior``/``factor_prior`` existed, a rank-1 transition took
       the layers' default of that time: a model section without them gets
       ``trainable_rank1_normal`` / ``rank1_normal_kl_divergence`` (that default, not today's).
@@ -137,6 +140,8 @@ def upgrade(data):
         planner["warm_start"] = False
     if isinstance(planner, dict) and "novelty" not in planner:
         planner["novelty"] = 0.0
+    if isinstance(planner, dict) and "latent" not in planner:
+        planner["latent"] = "sample"
     if isinstance(planner, dict) and "exploration_final" not in planner:
         planner["exploration_final"] = None
         planner["exploration_decay_steps"] = (
@@ -174,12 +179,16 @@ _NULLABLE = ("env.action_repeat", "planner.exploration_final")
 _INTERVALS = {"value.discount": (0.0, 1.0, False), "value.td_lambda": (0.0, 1.0, True),
               "value.target_rate": (0.0, 1.0, False)}
 _FINITE_FLOAT = ("planner.beta",)
+#: ``planner.latent``: how the planner's candidate rollouts draw their latent samples
+#: (`bayes_planet.policy`).
+PLANNER_LATENT = ("sample", "shared", "mean")
 _CHOICES = {
     "obs_type": ("state", "pixels"),
     "model.estimator": layer_registry.estimators("dense", sampling_only=True, ensembles=True),
     "model.weight_prior": ("normal", "scale_mixture"),
     "strategy": ("none", "mirrored", "multi_worker", "tpu"),
     "value.ensemble_starts": ("all", "split"),
+    "planner.latent": PLANNER_LATENT,
 }
 
 

@@ -29,6 +29,13 @@ every member's belief in turn (``ceil(P / E)`` each, ``P`` kept).
 predicted latent mean at step t (Plan2Explore's disagreement, Sekar et al., 2020, used in
 planning; ``w_t = γ^(t-1)`` with a value, else 1). Where no reward has been seen, every rollout
 predicts none and ``beta`` has nothing to act on; the disagreement is still there.
+
+``planner.latent`` sets the latent noise of the candidates' rollouts: ``sample`` (PlaNet) draws
+each candidate's latent samples independently, so two candidates' scores differ by noise as
+well as by their actions; ``shared`` draws them once per weight sample (and member) and
+shares them by every candidate of a state (common random numbers: the same noise, so the
+ranking compares actions); ``mean`` rolls out the prior's means (no latent noise, TD-MPC's
+deterministic latent). The weight samples are the same in all three.
 """
 
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
@@ -38,13 +45,14 @@ from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
 
 from bayes_planet import planners
+from bayes_planet.config import PLANNER_LATENT
 from bayes_planet.layers import fixed_noise
 from bayes_planet.planners.objectives import uncertainty_aware_score
 
 __all__ = ["PlannerPolicy", "candidate_scores", "exploration_noise", "imagined_returns"]
 
 
-def imagined_returns(world_model, state, actions, seeds, value_model=None):
+def imagined_returns(world_model, state, actions, seeds, value_model=None, latent="sample"):
     """Predicted return of each candidate under each weight sample (and member).
 
     Args:
@@ -61,14 +69,30 @@ def imagined_returns(world_model, state, actions, seeds, value_model=None):
       ``[K·E, B, N]`` predicted returns (``k·E + e``: weight sample k of member e; E = 1
       for a transition that is not an ensemble).
     """
-    return _rollouts(world_model, state, actions, seeds, value_model)[0]
+    return _rollouts(world_model, state, actions, seeds, value_model, latent=latent)[0]
 
 
-def _rollouts(world_model, state, actions, seeds, value_model=None, disagreement=False):
+def _latent_noise(rssm, actions, seed, latent):
+    """The standard-normal draws of a rollout's latent samples for `RSSM.imagine` (``noise``):
+    None (``sample``: drawn per row from the rollout's seed), one draw ``[(E·)B, 1, H, S]``
+    shared by the N candidates of a state (``shared``), or zeros (``mean``)."""
+    if latent == "sample":
+        return None
+    shape = [tf.shape(actions)[0], 1, actions.shape[2], rssm.stoch_size]
+    if latent == "mean":
+        return tf.zeros(shape, actions.dtype)
+    if latent == "shared":
+        noise_seed = tf.random.experimental.stateless_fold_in(seed, 1)  # the shared-noise stream
+        return tf.random.stateless_normal(shape, noise_seed, dtype=actions.dtype)
+    raise ValueError(f"Expected planner.latent in {PLANNER_LATENT}. Received: {latent!r}")
+
+
+def _rollouts(world_model, state, actions, seeds, value_model=None, disagreement=False,
+              latent="sample"):
     """`imagined_returns` and, with ``disagreement``, the rollouts' discounted latent
     disagreement ``[B, N]`` (else None): ``Σ_t w_t d_t``, ``d_t`` the population std across
     the K·E rollouts of the prior's mean at step t, averaged over its dimensions
-    (``w_t = γ^(t-1)`` with ``value_model``, else 1)."""
+    (``w_t = γ^(t-1)`` with ``value_model``, else 1). ``latent``: ``planner.latent``."""
     rssm = world_model.rssm
     n, horizon = tf.shape(actions)[1], actions.shape[2]
     tiled = {k: tf.repeat(v[:, None], n, axis=1) for k, v in state.items()}  # [(E·)B, N, D]
@@ -79,7 +103,8 @@ def _rollouts(world_model, state, actions, seeds, value_model=None, disagreement
         weights = tf.constant([gamma ** t for t in range(horizon)], tf.float32)
     returns, means = [], []
     for k in range(seeds.shape[0]):
-        prior = rssm.imagine(actions, tiled, seeds[k])
+        prior = rssm.imagine(actions, tiled, seeds[k],
+                             noise=_latent_noise(rssm, actions, seeds[k], latent))
         rewards = world_model.predict_reward(prior)  # [(E·)B, N, H]
         total = tf.reduce_sum(rewards * tf.cast(weights, rewards.dtype), -1)
         if value_model is not None:
@@ -94,12 +119,14 @@ def _rollouts(world_model, state, actions, seeds, value_model=None, disagreement
     return tf.concat(returns, 0), tf.reduce_sum(spread * tf.cast(weights, spread.dtype), -1)
 
 
-def candidate_scores(world_model, state, actions, seeds, beta, value_model=None, novelty=0.0):
+def candidate_scores(world_model, state, actions, seeds, beta, value_model=None, novelty=0.0,
+                     latent="sample"):
     """The planner's objective: `uncertainty_aware_score` (``mean + beta * std``) of the
     `imagined_returns` over the weight samples and members, ``[B, N]``, plus ``novelty`` times
-    the rollouts' discounted latent disagreement (``planner.novelty``; see `_rollouts`)."""
+    the rollouts' discounted latent disagreement (``planner.novelty``; see `_rollouts`);
+    ``latent``: the rollouts' latent noise (``planner.latent``, module docstring)."""
     returns, disagreement = _rollouts(world_model, state, actions, seeds, value_model,
-                                      disagreement=bool(novelty))
+                                      disagreement=bool(novelty), latent=latent)
     score = uncertainty_aware_score(returns, beta)
     if novelty:
         score += novelty * disagreement
@@ -202,7 +229,7 @@ class PlannerPolicy(tf_policy.TFPolicy):
 
         def objective(actions):
             return candidate_scores(wm, post, actions, sample_seeds, cfg.beta,
-                                    self._value_model, cfg.novelty)
+                                    self._value_model, cfg.novelty, cfg.latent)
 
         proposals = None
         if self._proposals:

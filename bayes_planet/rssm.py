@@ -215,19 +215,24 @@ class RSSM(keras.layers.Layer):
     def distribution(self, state):
         return tfd.MultivariateNormalDiag(state["mean"], state["std"])
 
-    def _stats(self, layer, hidden, seed):
+    def _stats(self, layer, hidden, seed, noise=None):
         mean, raw = tf.split(layer(hidden), 2, -1)
         std = tf.nn.softplus(raw) + self.min_stddev
-        eps = per_example(lambda shape, s: tf.random.stateless_normal(shape, s, dtype=mean.dtype),
-                          tf.shape(mean), seed)
-        stoch = mean + std * eps
+        if noise is None:
+            noise = per_example(
+                lambda shape, s: tf.random.stateless_normal(shape, s, dtype=mean.dtype),
+                tf.shape(mean), seed)
+        stoch = mean + std * noise
         return mean, std, stoch
 
-    def img_step(self, prev_state, prev_action, seed):
-        """One prior step: ``p(z_t | h_t)`` with ``h_t = GRU(h_{t-1}, f(z_{t-1}, a_{t-1}))``."""
+    def img_step(self, prev_state, prev_action, seed, noise=None):
+        """One prior step: ``p(z_t | h_t)`` with ``h_t = GRU(h_{t-1}, f(z_{t-1}, a_{t-1}))``.
+
+        The sample is ``mean + std * noise``: ``noise`` the standard-normal draws (``[rows,
+        stoch]``), drawn from ``seed`` when None; zeros give the prior's mean."""
         x = self.transition_in(tf.concat([prev_state["stoch"], prev_action], -1))
         deter, _ = self.cell(x, [prev_state["deter"]])
-        mean, std, stoch = self._stats(self.prior_stats, self.prior_hidden(deter), seed)
+        mean, std, stoch = self._stats(self.prior_stats, self.prior_hidden(deter), seed, noise)
         return {"mean": mean, "std": std, "stoch": stoch, "deter": deter}
 
     def obs_step(self, prev_state, prev_action, embed, seed):
@@ -270,7 +275,7 @@ class RSSM(keras.layers.Layer):
             post, prior = tf.scan(step, inputs, initializer=(state, state))
         return _restore(post, batch_shape), _restore(prior, batch_shape)
 
-    def imagine(self, action, state, seed, weight_seed=None):
+    def imagine(self, action, state, seed, weight_seed=None, noise=None):
         """Prior (open-loop) rollout given actions.
 
         Args:
@@ -278,6 +283,9 @@ class RSSM(keras.layers.Layer):
           state: initial state with leading dims ``batch`` (or broadcastable flat).
           seed: stateless ``[2]`` seed; one weight sample for the whole rollout.
           weight_seed: optional ``[2]`` seed of the weight sample (default: from ``seed``).
+          noise: optional standard-normal draws of the latent samples, broadcastable to
+            ``[*batch, T, stoch]`` (zeros: the prior's means; shared draws: common random
+            numbers across rows); default: drawn from ``seed``, independent per row and step.
         Returns:
           Prior states, dicts of ``[*batch, T, size]``.
         """
@@ -290,11 +298,20 @@ class RSSM(keras.layers.Layer):
         weight_seed, step_seed = _split_weight_seed(seed, weight_seed)
         seeds = tf.random.experimental.stateless_split(step_seed, tf.shape(action)[1])
 
-        def step(prev, x):
-            return self.img_step(prev, x[0], x[1])
+        if noise is None:
+            def step(prev, x):
+                return self.img_step(prev, x[0], x[1])
+            inputs = (_time_major(action), seeds)
+        else:
+            noise = tf.broadcast_to(tf.cast(noise, action.dtype), tf.concat(
+                [batch_shape, tf.shape(action)[1:2], [self.stoch_size]], 0))
+
+            def step(prev, x):
+                return self.img_step(prev, x[0], x[1], noise=x[2])
+            inputs = (_time_major(action), seeds, _time_major(_flatten_batch(noise)))
 
         with fixed_noise(self, weight_seed):
-            prior = tf.scan(step, (_time_major(action), seeds), initializer=state)
+            prior = tf.scan(step, inputs, initializer=state)
         return _restore(prior, batch_shape)
 
     def kl(self, post, prior):
