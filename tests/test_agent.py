@@ -68,6 +68,24 @@ def test_novelty_changes_the_plan_and_only_with_a_weight(setup):
     assert not np.array_equal(actions[0.0], actions[1e4])
 
 
+@pytest.mark.parametrize("latent", ["shared", "mean"])
+def test_the_policy_plans_with_each_latent_noise(setup, latent):
+    """``planner.latent`` through the policy: a seed gives one action, in the box; the plan
+    differs from PlaNet's independent draws (the candidates' scores do)."""
+    config, tf_env, model = setup
+    time_step = tf_env.reset()
+    planner = config_lib.with_planning(config, [f"planner.latent={latent}"]).planner
+    policy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, planner)
+    state = policy.get_initial_state(1)
+    step = policy.action(time_step, state, seed=tf.constant([3, 0]))
+    again = policy.action(time_step, state, seed=tf.constant([3, 0]))
+    np.testing.assert_array_equal(step.action.numpy(), again.action.numpy())
+    assert np.all(np.abs(step.action.numpy()) <= 1.0)
+    plain = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, config.planner)
+    other = plain.action(time_step, plain.get_initial_state(1), seed=tf.constant([3, 0]))
+    assert not np.array_equal(step.action.numpy(), other.action.numpy())
+
+
 def test_policy_state_carries_the_belief(setup):
     config, tf_env, model = setup
     policy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, config.planner)

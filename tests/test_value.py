@@ -211,6 +211,56 @@ def test_imagined_returns_add_the_discounted_terminal_value():
     np.testing.assert_allclose(plain[0], rewards.sum(-1), rtol=1e-5)
 
 
+def test_planner_latent_shares_or_removes_the_candidates_latent_noise():
+    """``planner.latent``: ``sample`` scores identical candidates differently (each its own
+    latent draws), ``shared`` alike (one draw for all, another per seed), ``mean`` alike and
+    whatever the seed (a deterministic transition: no weight draws either), equal to the
+    rollout of the prior's means."""
+    from bayes_planet.policy import candidate_scores
+
+    _, world_model, value_model = _models(["model.estimator=deterministic"])
+    rng = np.random.default_rng(0)
+    state = {k: tf.constant(rng.normal(size=v.shape), tf.float32)
+             for k, v in world_model.rssm.initial(2).items()}
+    one = rng.uniform(-1, 1, size=(2, 1, 4, 1))
+    actions = tf.constant(np.concatenate([one, one, one, rng.uniform(-1, 1, (2, 1, 4, 1))], 1),
+                          tf.float32)  # [B=2, N=4]: three identical candidates and another
+
+    def scores(latent, seed):
+        return candidate_scores(world_model, state, actions, tf.constant([seed]), 0.0,
+                                value_model, latent=latent).numpy()
+
+    sample = scores("sample", [1, 2])
+    assert not np.allclose(sample[:, 0], sample[:, 1])
+    shared = scores("shared", [1, 2])
+    np.testing.assert_array_equal(shared[:, 1:3], shared[:, :2])
+    assert not np.allclose(shared, scores("shared", [3, 4]))
+    mean = scores("mean", [1, 2])
+    np.testing.assert_array_equal(mean[:, 1:3], mean[:, :2])
+    np.testing.assert_array_equal(mean, scores("mean", [3, 4]))
+    tiled = {k: tf.repeat(v[:, None], 4, axis=1) for k, v in state.items()}
+    prior = world_model.rssm.imagine(actions, tiled, tf.constant([1, 2]),
+                                     noise=tf.zeros([2, 4, 4, world_model.rssm.stoch_size]))
+    gamma = value_model.discount
+    expected = ((world_model.predict_reward(prior).numpy() * gamma ** np.arange(4)).sum(-1)
+                + gamma ** 4 * value_model.value({k: v[:, :, -1] for k, v in prior.items()}))
+    np.testing.assert_allclose(mean, expected, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"^Expected planner.latent in \('sample', 'shared', "
+                                         r"'mean'\)\. Received: 'noisy'$"):
+        scores("noisy", [1, 2])
+
+
+def test_planner_latent_is_checked_and_older_configs_sample():
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected one of \['sample', 'shared', 'mean'\]\. Received: "
+                             r"planner.latent='means'$"):
+        config_lib.validate(config_lib.load(["debug"], ["planner.latent=means"]))
+    data = config_lib.load(["debug"]).to_dict()
+    del data["planner"]["latent"]
+    assert config_lib.upgrade(data)["planner"]["latent"] == "sample"
+    assert config_lib.load().planner.latent == "sample"  # PlaNet's default
+
+
 def test_novelty_adds_the_discounted_disagreement_of_the_weight_samples():
     """planner.novelty with a mean-field transition: K = 2 weight samples; the bonus is
     Σ_t γ^(t-1) (std over the samples of the prior mean at t, averaged over its dims)."""

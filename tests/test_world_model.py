@@ -86,6 +86,32 @@ def test_weight_sample_is_fixed_within_a_rollout_and_differs_across_seeds():
     assert not np.allclose(a, c)
 
 
+def test_imagine_takes_the_latent_draws():
+    """``noise=``: the samples are ``mean + std * noise``; zeros give the prior's means (the
+    seed then matters only for the weights); draws broadcast over a batch axis are shared by
+    its rows (common random numbers); None draws per row from the seed."""
+    rssm = _rssm(deter=8, stoch=3, hidden=8, estimator="deterministic")
+    rssm.build_for(2, 5)
+    rng = np.random.default_rng(0)
+    state = {k: tf.constant(np.repeat(rng.normal(size=(1, 1, v.shape[-1])), 4, 1), tf.float32)
+             for k, v in rssm.initial(1).items()}  # [2 states, 4 rows] (states alike)
+    state = {k: tf.repeat(v, 2, 0) for k, v in state.items()}
+    action = tf.constant(np.repeat(rng.uniform(-1, 1, (2, 1, 5, 2)), 4, 1), tf.float32)
+    zero = rssm.imagine(action, state, tf.constant([1, 1]), noise=tf.zeros([1, 1, 1, 3]))
+    np.testing.assert_array_equal(zero["stoch"].numpy(), zero["mean"].numpy())
+    again = rssm.imagine(action, state, tf.constant([7, 7]), noise=tf.zeros([3]))
+    np.testing.assert_array_equal(zero["stoch"].numpy(), again["stoch"].numpy())
+    draws = tf.constant(rng.normal(size=(2, 1, 5, 3)), tf.float32)  # one per state, per step
+    shared = rssm.imagine(action, state, tf.constant([1, 1]), noise=draws)
+    stoch = shared["stoch"].numpy()
+    np.testing.assert_allclose(stoch, (shared["mean"] + shared["std"] * draws).numpy(),
+                               rtol=1e-6)
+    np.testing.assert_array_equal(stoch[:, 1:], np.broadcast_to(stoch[:, :1], stoch[:, 1:].shape))
+    assert not np.allclose(stoch, zero["stoch"].numpy())
+    drawn = rssm.imagine(action, state, tf.constant([1, 1]))["stoch"].numpy()
+    assert not np.allclose(drawn[:, 0], drawn[:, 1])  # own draws per row
+
+
 def test_explicit_weight_seed_picks_the_weight_sample_independently_of_the_step_seed():
     rssm = _rssm(deter=8, stoch=3, hidden=8, estimator="reparameterization")
     embed, action = tf.random.normal([2, 4, 5]), tf.random.normal([2, 4, 2])
