@@ -98,6 +98,8 @@ def upgrade(data):
       the default section (``value.enabled: false``).
     * before ``model.normalize_obs`` existed, observations were not normalized: a model
       section without the key gets ``normalize_obs: false``.
+    * before ``model.obs_stddev`` existed, the observation likelihood had unit std: a model
+      section without the key gets ``obs_stddev: 1.0``.
     * before ``model.ensemble_size`` existed, no transition was an ensemble: a model section
       without the key gets the default (read by ensemble estimators only).
     * before ``value.replay_weight`` existed, the critic learned from imagined rollouts only:
@@ -125,6 +127,8 @@ def upgrade(data):
         model["weight_prior"] = "normal"
     if isinstance(model, dict) and "normalize_obs" not in model:
         model["normalize_obs"] = False
+    if isinstance(model, dict) and "obs_stddev" not in model:
+        model["obs_stddev"] = 1.0
     if isinstance(model, dict) and "ensemble_size" not in model:
         model["ensemble_size"] = yaml_config.load_dict(_PATH)["model"]["ensemble_size"]
     if isinstance(model, dict) and "value" not in data:  # An agent config of any layout.
@@ -166,8 +170,8 @@ _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.ensemble_s
                  "value.imagine_horizon", "value.start_every", "value.units", "value.layers",
                  "planner.exploration_decay_steps")
 _NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals")
-_POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "train.learning_rate",
-                   "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
+_POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "model.obs_stddev",
+                   "train.learning_rate", "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
                    "value.actor_learning_rate", "value.grad_clip")
 _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
                        "loss.weight_kl_scale", "planner.exploration_noise", "value.actor_entropy",

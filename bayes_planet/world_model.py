@@ -18,8 +18,11 @@ KL (every member's, the only weight KL) divided by N as for mean-field. Free nat
 are applied to the KL averaged over batch and time (as in Dreamer): below
 ``free_nats`` the state KL has no gradient.
 
-Observation and reward heads are `bayes_planet.layers.Normal` output layers with
-unit scale, so ``head(x).log_prob(target)`` is the likelihood. Pixels are reduced
+Observation and reward heads are `bayes_planet.layers.Normal` output layers with a fixed
+scale, so ``head(x).log_prob(target)`` is the likelihood: the reward's is 1, the
+observation's ``model.obs_stddev`` (PlaNet: 1, per pixel or state dimension; a smaller std
+weighs the reconstruction more — a state observation of 5 dimensions under unit std pays
+almost nothing for errors of 0.1, RESULTS §7k). Pixels are reduced
 to ``pixel_bits`` bits with uniform dequantization noise and centred (PlaNet). State
 observations are used as they are, or with ``model.normalize_obs`` standardized per
 dimension by statistics fixed once from the seed episodes (`set_observation_stats`; the
@@ -81,7 +84,7 @@ class WorldModel(tf.Module):
                 self.encoder = MLP(m.mlp_units, m.mlp_layers)
                 self.decoder = MLP(m.mlp_units, m.mlp_layers, out=obs_shape[0])
             self.reward_net = MLP(m.mlp_units, m.reward_layers, out=1)
-            self.obs_head = Normal(scale=1.0, event_ndims=len(obs_shape))
+            self.obs_head = Normal(scale=float(m.obs_stddev), event_ndims=len(obs_shape))
             self.reward_head = Normal(scale=1.0, event_ndims=1)
             self.rssm = RSSM(m, seed=config.seed)
             self.obs_stats = None
