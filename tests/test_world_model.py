@@ -145,6 +145,27 @@ def _synthetic_batch(obs_shape, batch=4, length=8, seed=0):
     return {"obs": tf.constant(obs), "action": tf.constant(action), "reward": tf.constant(reward)}
 
 
+def test_obs_stddev_is_the_observation_likelihoods_scale():
+    """``model.obs_stddev`` = σ: the reconstruction term is the Gaussian NLL under σ, i.e.
+    from the unit-σ NLL ``n1`` of the same model and batch: ``D/2 log 2π + D log σ +
+    (n1 - D/2 log 2π) / σ²``; it is range-checked and older configs get PlaNet's 1."""
+    batch, seed, d = _synthetic_batch((5,)), tf.constant([0, 1]), 5
+    nll = {}
+    for sigma in (1.0, 0.1):
+        tf.keras.utils.set_random_seed(0)
+        model = WorldModel(_debug_config(f"model.obs_stddev={sigma}"), (5,), 1)
+        nll[sigma] = float(model.loss(batch, seed, 100)[1]["obs_nll"])
+    half_log = d / 2 * np.log(2 * np.pi)
+    np.testing.assert_allclose(nll[0.1], half_log + d * np.log(0.1) + (nll[1.0] - half_log) / 0.01,
+                               rtol=1e-4)
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected a positive number\. Received: model.obs_stddev=0.0$"):
+        config_lib.validate(_debug_config("model.obs_stddev=0"))
+    data = _debug_config().to_dict()
+    del data["model"]["obs_stddev"]
+    assert config_lib.upgrade(data)["model"]["obs_stddev"] == 1.0 == config_lib.load().model.obs_stddev
+
+
 def test_free_nats_clip_the_state_kl():
     model = WorldModel(_debug_config("loss.free_nats=1000.0"), (5,), 1)
     batch = _synthetic_batch((5,))
