@@ -106,6 +106,8 @@ def upgrade(data):
       a value section without the key gets ``replay_weight: 0.0``.
     * before ``value.ensemble_starts`` existed, every member of an ensemble transition
       imagined from every start state: a value section without the key gets ``all``.
+    * before ``value.latent`` existed, the imagined rollouts drew their latents: a value
+      section without the key gets ``latent: sample``.
     * before ``planner.warm_start`` existed, every step's search started afresh: a planner
       section without the key gets ``warm_start: false``.
     * before ``planner.novelty`` existed, the planner had no disagreement bonus: a planner
@@ -139,6 +141,8 @@ def upgrade(data):
         data["value"]["replay_weight"] = 0.0
     if isinstance(data.get("value"), dict) and "ensemble_starts" not in data["value"]:
         data["value"]["ensemble_starts"] = "all"
+    if isinstance(data.get("value"), dict) and "latent" not in data["value"]:
+        data["value"]["latent"] = "sample"
     planner = data.get("planner")
     if isinstance(planner, dict) and "warm_start" not in planner:
         planner["warm_start"] = False
@@ -193,6 +197,7 @@ _CHOICES = {
     "strategy": ("none", "mirrored", "multi_worker", "tpu"),
     "value.ensemble_starts": ("all", "split"),
     "planner.latent": PLANNER_LATENT,
+    "value.latent": ("sample", "mean"),
 }
 
 

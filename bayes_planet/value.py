@@ -18,6 +18,9 @@ policy. `ValueModel` learns both in the RSSM's latent space, Dreamer-style (Hafn
   ``value.ensemble_starts: split`` member ``e`` starts only from every ``E·start_every``-th
   state at offset ``e·start_every``, so the E members together imagine as many rollouts as
   one model would, from distinct states, instead of E times as many);
+* the imagined latents are samples of the prior (``value.latent: sample``, Dreamer) or its
+  means (``mean``: a deterministic imagined world, as TD-MPC's latent dynamics; the policy's
+  proposals for the planner are rolled out the same way);
 * λ-returns with the reward head's means ``r_t`` (the reward of arriving at ``s_t``, as the
   world model is trained) and the slow (target) critic ``V'``::
 
@@ -140,11 +143,12 @@ class ValueModel(tf.Module):
     def rollout(self, state, horizon, seed):
         """Imagines ``horizon`` steps from ``state`` (flat ``[B]``) acting with π.
 
-        One weight sample of the transition for the whole rollout (from ``seed``).
+        One weight sample of the transition for the whole rollout (from ``seed``); the latent
+        samples are drawn (``value.latent: sample``, Dreamer) or the prior's means (``mean``).
         Returns ``(states, actions, entropy)``: states ``s_1..s_H`` as dicts of ``[H, B, size]``,
         actions ``a_0..a_{H-1}`` ``[H, B, A]`` and the pre-tanh Gaussian entropy ``[H, B]``.
         """
-        rssm = self.world_model.rssm
+        rssm, v = self.world_model.rssm, self.settings
         weight_seed, step_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
         step_seeds = tf.random.experimental.stateless_split(step_seed, horizon)
 
@@ -155,7 +159,8 @@ class ValueModel(tf.Module):
             action = self._squash(
                 mean + std * tf.random.stateless_normal(tf.shape(mean), action_seed))
             entropy = tf.reduce_sum(tf.math.log(std), -1)  # + const: the Gaussian's entropy
-            return rssm.img_step(prev, action, state_seed), action, entropy
+            noise = tf.zeros_like(prev["stoch"]) if v.latent == "mean" else None
+            return rssm.img_step(prev, action, state_seed, noise=noise), action, entropy
 
         batch = tf.shape(state["deter"])[0]
         init = (state, tf.zeros([batch, self.action_size]), tf.zeros([batch]))
