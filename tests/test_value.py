@@ -250,6 +250,34 @@ def test_planner_latent_shares_or_removes_the_candidates_latent_noise():
         scores("noisy", [1, 2])
 
 
+def test_value_latent_mean_imagines_the_priors_means():
+    """``value.latent: mean``: every imagined state is the prior's mean (``stoch == mean``),
+    and given the actions the rollout is the deterministic `RSSM.imagine` of the means;
+    ``sample`` draws (Dreamer)."""
+    rng = np.random.default_rng(0)
+    for latent in ("sample", "mean"):
+        _, world_model, value_model = _models(["model.estimator=deterministic",
+                                               f"value.latent={latent}"])
+        state = {k: tf.constant(rng.normal(size=v.shape), tf.float32)
+                 for k, v in world_model.rssm.initial(3).items()}
+        states, actions, _ = value_model.rollout(state, 4, tf.constant([1, 2]))
+        same = np.allclose(states["stoch"].numpy(), states["mean"].numpy())
+        assert same == (latent == "mean")
+        if latent == "mean":
+            replay = world_model.rssm.imagine(tf.transpose(actions, [1, 0, 2]), state,
+                                              tf.constant([5, 5]),
+                                              noise=tf.zeros([world_model.rssm.stoch_size]))
+            np.testing.assert_allclose(tf.transpose(states["deter"], [1, 0, 2]).numpy(),
+                                       replay["deter"].numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected one of \['sample', 'mean'\]\. Received: "
+                             r"value.latent='shared'$"):
+        config_lib.validate(config_lib.load(["debug"], ["value.latent=shared"]))
+    data = config_lib.load(["debug", "value"]).to_dict()
+    del data["value"]["latent"]
+    assert config_lib.upgrade(data)["value"]["latent"] == "sample"
+
+
 def test_planner_latent_is_checked_and_older_configs_sample():
     with pytest.raises(config_lib.ConfigError,
                        match=r"^Expected one of \['sample', 'shared', 'mean'\]\. Received: "
