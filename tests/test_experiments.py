@@ -268,3 +268,25 @@ def _check_merge_of_archived_runs(agents, archive, variants, out):
                                      r"with another config than this grid's \(train\."
                                      r"updates_per_episode: 4 -> 3\)"):
         agents.main(["--preset", "debug", "--out", str(out), "--set", f"merge=[{edited}]"])
+
+
+def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
+    """experiments/plateau.py on a tiny value-aware cartpole run: each measurement prints its
+    rows with finite numbers; another task is refused."""
+    import subprocess
+    import sys
+
+    logdir = tmp_path / "run"
+    subprocess.run([sys.executable, "-m", "bayes_planet.cli", "train", "--preset", "debug,value",
+                    "--logdir", str(logdir), "--set", "eval.video=false", "--quiet"], check=True)
+    plateau = _load("plateau")
+    for argv, expected in ((["openloop"], "h= 5 angle RMSE"), (["openloop", "--latent", "mean"],
+                           "h= 5 angle RMSE"), (["scores", "--episodes", "2"], "other    policy"),
+                           (["scores", "--latent", "shared"], "other    random"),
+                           (["actor", "--episodes", "1"], "actor alone, 1 episodes")):
+        plateau.main(argv + ["--logdir", str(logdir)])
+        out = capsys.readouterr().out
+        assert expected in out, (argv, out)
+        assert "nan" not in out.replace("states", ""), (argv, out)
+    with pytest.raises(SystemExit, match="openloop: --latent sample or mean"):
+        plateau.main(["openloop", "--latent", "shared", "--logdir", str(logdir)])

@@ -1,0 +1,171 @@
+"""Where a trained cartpole agent loses the pole: three measurements on a run's checkpoint.
+
+    python experiments/plateau.py openloop --logdir RUN [--episodes 20] [--latent sample|mean]
+    python experiments/plateau.py scores   --logdir RUN [--episodes 5] [--latent sample|shared|mean]
+    python experiments/plateau.py actor    --logdir RUN [--episodes 10]
+
+* ``openloop``: the world model's open-loop error against horizon, from windows of the run's
+  last replay episodes (``context`` observed steps, then the prior rolled forward with the
+  episode's actions, decoded), grouped by the last observed state: ``balance`` (pole near
+  upright, cos θ > 0.95, and slow, |θ̇| < 2 rad/s), ``up_fast`` and ``other``; the RMSE of the
+  pole angle (wrapped) and of θ̇ beside persistence (the last observed state held). With
+  ``--latent mean`` the rollout uses the prior's means and starts at the posterior mean.
+* ``scores``: how reliably the planner's objective ranks candidates. At posterior states of
+  replay episodes (``balance`` vs ``other``), the same candidates (64 uniform sequences; the
+  policy's proposals with a value model) are scored twice with independent draws (K = 1, as
+  the planner, ``planner.latent`` = ``--latent``); reported: the correlation of the two
+  scores across candidates, the noise std (within a candidate), the std between candidates
+  and the overlap of the two top-5 sets.
+* ``actor``: a value-aware run's policy alone (tanh of its mean; the belief filtered as the
+  planner policy does), no planning, on fresh evaluation-environment episodes.
+
+Cartpole only (its observation is (x, cos θ, sin θ, ẋ, θ̇)); reads the run, writes nothing.
+RESULTS §7k.
+"""
+
+import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
+
+import argparse
+
+import numpy as np
+import tensorflow as tf
+
+from bayes_planet import envs, seeds
+from bayes_planet.agent import Agent
+from bayes_planet.policy import candidate_scores
+
+GROUPS = ("balance", "up_fast", "other")
+
+
+def _group(obs):
+    """Each observation's group: 0 balance, 1 up_fast, 2 other."""
+    up, slow = obs[..., 1] > 0.95, np.abs(obs[..., 4]) < 2.0
+    return np.where(up & slow, 0, np.where(up, 1, 2))
+
+
+def _angle(obs):
+    return np.arctan2(obs[..., 2], obs[..., 1])
+
+
+def _wrap(a):
+    return (a + np.pi) % (2 * np.pi) - np.pi
+
+
+def open_loop(agent, episodes, latent, context=5, horizon=10, stride=3):
+    wm, rssm = agent.model, agent.model.rssm
+    errors = {g: [] for g in range(3)}
+    for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
+        obs = np.asarray(episode["obs"], np.float32)
+        act = np.asarray(episode["action"], np.float32)
+        idx = np.arange(0, len(obs) - context - horizon + 1, stride)[:, None] + np.arange(
+            context + horizon)[None]
+        seed = seeds.tf_seed(0, "plateau_openloop", i)
+        post_seed, prior_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
+        embed = wm.encoder(wm.observation(tf.constant(obs[idx[:, :context]])))
+        post, _ = rssm.observe(embed, tf.constant(act[idx[:, :context]]), post_seed)
+        last = {k: v[:, -1] for k, v in post.items()}
+        noise = None
+        if latent == "mean":
+            last["stoch"], noise = last["mean"], tf.zeros([rssm.stoch_size])
+        prior = rssm.imagine(tf.constant(act[idx[:, context:]]), last, prior_seed, noise=noise)
+        pred = wm.obs_head(wm.decoder(rssm.features(prior))).distribution.mean().numpy()
+        truth, held = obs[idx[:, context:]], obs[idx[:, context - 1:context]]
+        stack = np.stack([_wrap(_angle(pred) - _angle(truth)), _wrap(_angle(held) - _angle(truth)),
+                          pred[..., 4] - truth[..., 4], held[..., 4] - truth[..., 4]])
+        group = _group(obs[idx[:, context - 1]])
+        for g in range(3):
+            errors[g].append(stack[:, group == g])
+    for g, parts in errors.items():
+        e = np.concatenate(parts, 1)
+        if not e.shape[1]:
+            continue
+        rmse = np.sqrt((e ** 2).mean(1))
+        print(f"{GROUPS[g]}: {e.shape[1]} windows")
+        for h in (1, 3, 5, 10):
+            print(f"  h={h:2d} angle RMSE {rmse[0, h - 1]:.3f} (persistence {rmse[1, h - 1]:.3f})"
+                  f"  θ̇ RMSE {rmse[2, h - 1]:.3f} (persistence {rmse[3, h - 1]:.3f})")
+
+
+def scores(agent, episodes, latent, per_group=6, candidates=64):
+    wm, vm, horizon = agent.model, agent.value, agent.config.planner.horizon
+    rng = seeds.numpy_rng(0, "plateau_candidates")
+    rows = {}
+    for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
+        obs = np.asarray(episode["obs"], np.float32)
+        act = np.asarray(episode["action"], np.float32)
+        embed = wm.encoder(wm.observation(tf.constant(obs[None])))
+        post, _ = wm.rssm.observe(embed, tf.constant(act[None]),
+                                  seeds.tf_seed(0, "plateau_filter", i))
+        group = _group(obs)
+        for name, where in (("balance", np.flatnonzero(group == 0)),
+                            ("other", np.flatnonzero(group == 2))):
+            for t in rng.permutation(where)[:per_group]:
+                state = {k: v[:, t] for k, v in post.items()}
+                sets = {"random": tf.constant(rng.uniform(-1, 1, (1, candidates, horizon,
+                                                                   act.shape[-1])), tf.float32)}
+                if vm is not None:
+                    sets["policy"] = vm.proposals(state, 24, horizon,
+                                                  seeds.tf_seed(0, "plateau_proposals", i, int(t)))
+                for kind, actions in sets.items():
+                    a, b = (candidate_scores(
+                        wm, state, actions,
+                        seeds.tf_seed(0, "plateau_scores", i, int(t), j)[None], 0.0, vm,
+                        latent=latent).numpy()[0] for j in range(2))
+                    top = len(set(np.argsort(-a)[:5]) & set(np.argsort(-b)[:5])) / 5
+                    rows.setdefault((name, kind), []).append(
+                        (np.corrcoef(a, b)[0, 1], np.std(a - b) / np.sqrt(2), np.std((a + b) / 2),
+                         top))
+    for (name, kind), values in sorted(rows.items()):
+        v = np.array(values)
+        print(f"{name:8s} {kind:7s} states {len(v):3d}  correlation {np.nanmean(v[:, 0]):.2f}"
+              f"  noise std {v[:, 1].mean():.2f}  between-candidate std {v[:, 2].mean():.2f}"
+              f"  top-5 overlap {v[:, 3].mean():.2f}")
+
+
+def actor(agent, episodes):
+    wm, vm, config = agent.model, agent.value, agent.config
+    if vm is None:
+        raise SystemExit("actor: the run has no value model (value.enabled: false)")
+    rssm, returns = wm.rssm, []
+    for e in range(episodes):
+        env = envs.make(config.task, obs_type="state", action_repeat=config.env.action_repeat,
+                        seed=seeds.int_seed(config.seed, "plateau_actor_env", e))
+        ob, done, total, t = env.reset(), False, 0.0, 0
+        state, previous = rssm.initial(1), tf.zeros([1, wm.action_size])
+        while not done:
+            obs = wm.observation(tf.constant(np.asarray(ob["state"], np.float32)[None, None]))
+            state, _ = rssm.obs_step(state, previous, wm.encoder(obs)[:, 0],
+                                     seeds.tf_seed(0, "plateau_actor", e, t))
+            mean, _ = tf.split(vm.actor(rssm.features(state)), 2, -1)
+            previous = tf.tanh(mean)  # the action box of these tasks is [-1, 1]
+            ob, reward, done, _ = env.step(previous.numpy()[0])
+            total, t = total + reward, t + 1
+        env.close()
+        returns.append(total)
+    print(f"actor alone, {episodes} episodes: {np.mean(returns):.1f} ± {np.std(returns):.1f}",
+          np.round(returns, 1).tolist())
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("measure", choices=("openloop", "scores", "actor"))
+    parser.add_argument("--logdir", required=True)
+    parser.add_argument("--episodes", type=int, default=None)
+    parser.add_argument("--latent", default="sample", choices=("sample", "shared", "mean"))
+    args = parser.parse_args(argv)
+    agent = Agent(args.logdir, read_only=True)
+    if agent.config.task.split("-")[0] != "cartpole" or agent.config.obs_type != "state":
+        raise SystemExit(f"plateau: cartpole from states only. Received: task={agent.config.task}"
+                         f", obs_type={agent.config.obs_type}")
+    if args.measure == "openloop":
+        if args.latent == "shared":
+            raise SystemExit("openloop: --latent sample or mean. Received: shared")
+        open_loop(agent, args.episodes or 20, args.latent)
+    elif args.measure == "scores":
+        scores(agent, args.episodes or 5, args.latent)
+    else:
+        actor(agent, args.episodes or 10)
+
+
+if __name__ == "__main__":
+    main()
