@@ -223,20 +223,26 @@ class WorldModel(tf.Module):
         return self.reward_head(self.reward_net(self.rssm.features(state))).distribution.mean()[
             ..., 0]
 
-    def open_loop(self, batch, context, seed):
+    def open_loop(self, batch, context, seed, latent="sample"):
         """Observes ``context`` steps, then imagines the rest with the prior.
 
         Returns (truth, prediction) observations ``[B, T, ...]`` (model means; with an
         ensemble transition the mean over its members, each observing and imagining the
-        batch); pixels in [0, 1].
+        batch); pixels in [0, 1]. ``latent='mean'`` imagines from the last posterior's mean
+        on the prior's means (no latent noise); ``'sample'`` draws them.
         """
+        if latent not in ("sample", "mean"):
+            raise ValueError(f"Expected latent 'sample' or 'mean'. Received: latent={latent!r}")
         seed_a, seed_b = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
         obs = self.observation(batch["obs"])
         embed, action = self.rssm.tile_members((self.encoder(obs[:, :context]),
                                                 batch["action"]))
         post, _ = self.rssm.observe(embed, action[:, :context], seed_a)
         last = {k: v[:, -1] for k, v in post.items()}
-        prior = self.rssm.imagine(action[:, context:], last, seed_b)
+        noise = None
+        if latent == "mean":
+            last["stoch"], noise = last["mean"], tf.zeros([self.rssm.stoch_size])
+        prior = self.rssm.imagine(action[:, context:], last, seed_b, noise=noise)
         feats = tf.concat([self.rssm.features(post), self.rssm.features(prior)], 1)
         pred = self.obs_head(self.decoder(feats)).distribution.mean()
         pred = tf.reduce_mean(self.rssm.split_members(pred), 0)

@@ -52,23 +52,16 @@ def _wrap(a):
 
 
 def open_loop(agent, episodes, latent, context=5, horizon=10, stride=3):
-    wm, rssm = agent.model, agent.model.rssm
     errors = {g: [] for g in range(3)}
     for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
         obs = np.asarray(episode["obs"], np.float32)
         act = np.asarray(episode["action"], np.float32)
         idx = np.arange(0, len(obs) - context - horizon + 1, stride)[:, None] + np.arange(
             context + horizon)[None]
-        seed = seeds.tf_seed(0, "plateau_openloop", i)
-        post_seed, prior_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-        embed = wm.encoder(wm.observation(tf.constant(obs[idx[:, :context]])))
-        post, _ = rssm.observe(embed, tf.constant(act[idx[:, :context]]), post_seed)
-        last = {k: v[:, -1] for k, v in post.items()}
-        noise = None
-        if latent == "mean":
-            last["stoch"], noise = last["mean"], tf.zeros([rssm.stoch_size])
-        prior = rssm.imagine(tf.constant(act[idx[:, context:]]), last, prior_seed, noise=noise)
-        pred = wm.obs_head(wm.decoder(rssm.features(prior))).distribution.mean().numpy()
+        batch = {"obs": tf.constant(obs[idx]), "action": tf.constant(act[idx])}
+        _, pred = agent.model.open_loop(batch, context, seeds.tf_seed(0, "plateau_openloop", i),
+                                        latent=latent)
+        pred = pred.numpy()[:, context:]  # state observations: the decoded means as they are
         truth, held = obs[idx[:, context:]], obs[idx[:, context - 1:context]]
         stack = np.stack([_wrap(_angle(pred) - _angle(truth)), _wrap(_angle(held) - _angle(truth)),
                           pred[..., 4] - truth[..., 4], held[..., 4] - truth[..., 4]])
@@ -157,6 +150,9 @@ def main(argv=None):
     if agent.config.task.split("-")[0] != "cartpole" or agent.config.obs_type != "state":
         raise SystemExit(f"plateau: cartpole from states only. Received: task={agent.config.task}"
                          f", obs_type={agent.config.obs_type}")
+    if agent.config.model.normalize_obs:
+        raise SystemExit("plateau: the measurements read raw observations; the run has "
+                         "model.normalize_obs: true")
     if args.measure == "openloop":
         if args.latent == "shared":
             raise SystemExit("openloop: --latent sample or mean. Received: shared")

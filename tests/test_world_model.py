@@ -112,6 +112,20 @@ def test_imagine_takes_the_latent_draws():
     assert not np.allclose(drawn[:, 0], drawn[:, 1])  # own draws per row
 
 
+def test_open_loop_on_the_priors_means():
+    """``WorldModel.open_loop(latent='mean')``: the observed context is the same, the imagined
+    part differs from the sampled one; another latent is a one-line error."""
+    model = WorldModel(_debug_config(), (5,), 1)
+    batch, seed = _synthetic_batch((5,)), tf.constant([3, 4])
+    truth, sampled = model.open_loop(batch, 3, seed)
+    _, mean = model.open_loop(batch, 3, seed, latent="mean")
+    np.testing.assert_array_equal(sampled[:, :3].numpy(), mean[:, :3].numpy())
+    assert truth.shape == mean.shape and not np.allclose(sampled[:, 3:], mean[:, 3:])
+    with pytest.raises(ValueError, match=r"^Expected latent 'sample' or 'mean'\. Received: "
+                                         r"latent='shared'$"):
+        model.open_loop(batch, 3, seed, latent="shared")
+
+
 def test_explicit_weight_seed_picks_the_weight_sample_independently_of_the_step_seed():
     rssm = _rssm(deter=8, stoch=3, hidden=8, estimator="reparameterization")
     embed, action = tf.random.normal([2, 4, 5]), tf.random.normal([2, 4, 2])
