@@ -298,17 +298,14 @@ class RSSM(keras.layers.Layer):
         weight_seed, step_seed = _split_weight_seed(seed, weight_seed)
         seeds = tf.random.experimental.stateless_split(step_seed, tf.shape(action)[1])
 
-        if noise is None:
-            def step(prev, x):
-                return self.img_step(prev, x[0], x[1])
-            inputs = (_time_major(action), seeds)
-        else:
+        inputs = (_time_major(action), seeds)
+        if noise is not None:
             noise = tf.broadcast_to(tf.cast(noise, action.dtype), tf.concat(
                 [batch_shape, tf.shape(action)[1:2], [self.stoch_size]], 0))
+            inputs += (_time_major(_flatten_batch(noise)),)
 
-            def step(prev, x):
-                return self.img_step(prev, x[0], x[1], noise=x[2])
-            inputs = (_time_major(action), seeds, _time_major(_flatten_batch(noise)))
+        def step(prev, x):
+            return self.img_step(prev, x[0], x[1], noise=x[2] if len(x) > 2 else None)
 
         with fixed_noise(self, weight_seed):
             prior = tf.scan(step, inputs, initializer=state)
