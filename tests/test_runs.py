@@ -445,6 +445,20 @@ def test_named_streams_are_stable_and_independent():
         seeds.pair(-1, "x")
 
 
+def test_every_preset_validates_alone_and_after_cpu():
+    """Each preset of configs.yaml merges and passes the config checks on its own and on top
+    of `cpu` (how the agent presets are combined); `proprio` is the tasks table's agent."""
+    names = config_lib.presets()
+    assert {"paper", "cpu", "debug", "value", "proprio", "pixels", "state"} <= set(names)
+    for name in names:
+        for presets in ([name], ["cpu", name]):
+            assert config_lib.validate(config_lib.load(presets)), presets
+    c = config_lib.validate(config_lib.load(["cpu", "value", "proprio"]))
+    assert (c.obs_type, c.model.obs_stddev, c.train.updates_per_episode, c.train.episodes,
+            c.value.enabled, c.planner.horizon) == ("state", 0.1, 100, 100, True, 5)
+    assert config_lib.load(["paper"]) == config_lib.load([])  # PlaNet's sizes are the defaults
+
+
 def test_one_preset_grammar():
     import argparse
 
