@@ -108,6 +108,8 @@ def upgrade(data):
       imagined from every start state: a value section without the key gets ``all``.
     * before ``value.latent`` existed, the imagined rollouts drew their latents: a value
       section without the key gets ``latent: sample``.
+    * before ``value.novelty`` existed, the critic learned from predicted rewards alone: a
+      value section without the key gets ``novelty: 0.0``.
     * before ``planner.warm_start`` existed, every step's search started afresh: a planner
       section without the key gets ``warm_start: false``.
     * before ``planner.novelty`` existed, the planner had no disagreement bonus: a planner
@@ -143,6 +145,8 @@ def upgrade(data):
         data["value"]["ensemble_starts"] = "all"
     if isinstance(data.get("value"), dict) and "latent" not in data["value"]:
         data["value"]["latent"] = "sample"
+    if isinstance(data.get("value"), dict) and "novelty" not in data["value"]:
+        data["value"]["novelty"] = 0.0
     planner = data.get("planner")
     if isinstance(planner, dict) and "warm_start" not in planner:
         planner["warm_start"] = False
@@ -179,7 +183,8 @@ _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "model.obs_s
                    "value.actor_learning_rate", "value.grad_clip")
 _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
                        "loss.weight_kl_scale", "planner.exploration_noise", "value.actor_entropy",
-                       "value.replay_weight", "planner.novelty", "planner.exploration_final")
+                       "value.replay_weight", "value.novelty", "planner.novelty",
+                       "planner.exploration_final")
 #: Keys of the lists above that may also be null (their default then applies: PlaNet's
 #: per-task action repeat; constant exploration noise).
 _NULLABLE = ("env.action_repeat", "planner.exploration_final")
@@ -187,6 +192,8 @@ _NULLABLE = ("env.action_repeat", "planner.exploration_final")
 _INTERVALS = {"value.discount": (0.0, 1.0, False), "value.td_lambda": (0.0, 1.0, True),
               "value.target_rate": (0.0, 1.0, False)}
 _FINITE_FLOAT = ("planner.beta",)
+#: Transition estimators without weight noise: two weight samples are the same weights.
+_NO_WEIGHT_NOISE = (layer_registry.DETERMINISTIC, "batch_ensemble")
 #: ``planner.latent``: how the planner's candidate rollouts draw their latent samples
 #: (`bayes_planet.policy`).
 PLANNER_LATENT = ("sample", "shared", "mean")
@@ -318,6 +325,10 @@ def validate(config):
              "(planner.weight_samples >= 2 of a Bayesian transition, or an ensemble's members; "
              f"here model.estimator={model['estimator']!r}, planner.weight_samples="
              f"{planner['weight_samples']})", planner["novelty"])
+    if value["novelty"] > 0 and model["estimator"] in _NO_WEIGHT_NOISE:
+        fail("value.novelty", "0 unless the transition has weight noise (its disagreement "
+             f"between two weight samples is 0 for model.estimator in {list(_NO_WEIGHT_NOISE)}; "
+             f"here model.estimator={model['estimator']!r})", value["novelty"])
     cells = layer_registry.estimators("gru_cell", ensembles=True)
     if data["model"]["bayesian_gru"] and data["model"]["estimator"] not in cells:
         raise ConfigError(f"model.bayesian_gru=True has no {data['model']['estimator']} cell; "

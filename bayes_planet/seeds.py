@@ -19,7 +19,8 @@ The streams a run uses (`bayes_planet.agent.Agent`, `bayes_planet.collection.Col
     random_policy(w, k)             actions of seed episode k
     collect_policy(w, k)            planner and exploration noise of training episode k
     replay(u), train_step(u)        chunks, and latent/weight/dequantization noise, of update u
-    value_step(u)                   the value model's imagined rollouts of update u
+    value_step(u)                   the value model's imagined rollouts of update u (and,
+                                    folded in, the second weight sample of value.novelty)
     eval_env_reset(w, k, i)         evaluation i after k episodes (eval_policy(w, k, i))
     open_loop(k)                    open-loop video after k episodes
     cli_eval_env(w, i)              `bayes-planet eval` episode i (cli_eval_policy(w, i))

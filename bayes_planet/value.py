@@ -36,6 +36,13 @@ policy. `ValueModel` learns both in the RSSM's latent space, Dreamer-style (Hafn
   analytic gradient) plus ``value.actor_entropy`` times the entropy of its Gaussian before
   the tanh; the target critic follows the critic by an exponential moving average
   (``value.target_rate`` per update).
+* with ``value.novelty`` η > 0 the imagined rewards the critic and policy learn from are
+  ``r_t + η d_t``, ``d_t`` the transition's one-step disagreement (`disagreement`: the std of
+  the prior's mean over two weight samples, Plan2Explore's intrinsic reward with the Bayesian
+  transition's weight samples as its ensemble; no gradient flows through it): the critic
+  values what the model does not know yet, so the planner's terminal value and the policy's
+  proposals carry the optimism beyond the planning horizon (``planner.novelty`` adds it to
+  the candidates' horizon only).
 
 The planner's objective then becomes (`bayes_planet.policy.imagined_returns`)::
 
@@ -191,6 +198,41 @@ class ValueModel(tf.Module):
                                  v.discount, v.td_lambda)
         return tf.transpose(returns)
 
+    @staticmethod
+    def _novelty_seed(seed):
+        """The second weight sample's seed of `disagreement`: a stream of its own within the
+        update's ``value_step`` seed (`bayes_planet.seeds`), so that ``value.novelty: 0``
+        draws exactly what it drew before the key existed."""
+        return tf.random.experimental.stateless_fold_in(seed, 1)
+
+    def disagreement(self, start, states, actions, seed):
+        """The transition's one-step disagreement along imagined rollouts, ``[H, N]``.
+
+        ``d_t`` is the population std, over two weight samples of the transition, of the
+        prior's mean of ``s_{t+1}`` given ``(s_t, a_t)``, averaged over its dimensions: the
+        rollout's own weight sample (``states["mean"]``) and a second one drawn from
+        ``seed`` (for two values the std is half their distance). Plan2Explore's intrinsic
+        reward (Sekar et al., 2020), with the Bayesian transition's weight samples as its
+        ensemble; zero for a transition without weight noise (rejected by the config).
+
+        Args:
+          start: the rollouts' start states ``s_0``, flat ``[N, size]``.
+          states, actions: `rollout`'s ``s_1..s_H`` ``[H, N, size]`` and ``a_0..a_{H-1}``
+            ``[H, N, A]``.
+          seed: the second weight sample's stateless seed.
+        """
+        rssm = self.world_model.rssm
+        # [N, H, ...] flattened keeps an ensemble's member blocks contiguous (`tile_members`).
+        prev = {k: tf.concat([start[k][:, None], tf.transpose(s[:-1], [1, 0, 2])], 1)
+                for k, s in states.items()}
+        flat = {k: tf.reshape(x, [-1, x.shape[-1]]) for k, x in prev.items()}
+        flat_actions = tf.reshape(tf.transpose(actions, [1, 0, 2]), [-1, self.action_size])
+        with fixed_noise(rssm, seed):
+            other = rssm.img_step(flat, flat_actions, seed,
+                                  noise=tf.zeros_like(flat["stoch"]))["mean"]
+        other = tf.transpose(tf.reshape(other, tf.shape(prev["mean"])), [1, 0, 2])
+        return tf.reduce_mean(tf.abs(states["mean"] - other), -1) / 2
+
     def start_states(self, posterior):
         """The imagined rollouts' start states, flat ``[N, size]``, from a batch's posterior
         ``[R, T, size]``: every ``value.start_every``-th step of each chunk; an ensemble
@@ -220,8 +262,11 @@ class ValueModel(tf.Module):
         actor_vars = self.actor.trainable_variables
         critic_vars = self.critic.trainable_variables
         with tf.GradientTape() as tape:
-            states, _, entropy = self.rollout(start, v.imagine_horizon, seed)
+            states, actions, entropy = self.rollout(start, v.imagine_horizon, seed)
             rewards = wm.predict_reward(states)  # [H, N]: r_1..r_H
+            if v.novelty:
+                bonus = self.disagreement(start, states, actions, self._novelty_seed(seed))
+                rewards += v.novelty * tf.stop_gradient(bonus)
             values = self.value(states, target=True)  # V'(s_1..s_H)
             returns = lambda_returns(rewards, values, v.discount, v.td_lambda)  # R_0..R_{H-1}
             actor_loss = -tf.reduce_mean(returns) - v.actor_entropy * tf.reduce_mean(entropy)
@@ -262,6 +307,8 @@ class ValueModel(tf.Module):
         finite = tf.cond(finite, apply, lambda: tf.constant(False))
         metrics = {"critic_loss": critic_loss, "actor_loss": actor_loss,
                    "value": tf.reduce_mean(targets), "value_finite": tf.cast(finite, tf.float32)}
+        if v.novelty:
+            metrics["novelty"] = tf.reduce_mean(bonus)
         if replay:
             metrics["replay_value"] = tf.reduce_mean(replay_targets)
         return metrics

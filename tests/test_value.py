@@ -478,3 +478,88 @@ def test_ensemble_starts_is_checked_and_older_configs_get_all():
     data = config_lib.load(["debug", "value"]).to_dict()
     del data["value"]["ensemble_starts"]
     assert config_lib.upgrade(data)["value"]["ensemble_starts"] == "all"
+
+
+# -- optimism beyond the horizon: the transition's disagreement as a reward (value.novelty) ----
+def _rollout_weight_seed(seed):
+    """The weight sample `ValueModel.rollout` draws from its ``seed``."""
+    return tf.random.experimental.stateless_split(tf.constant(seed), 2)[0]
+
+
+@pytest.mark.parametrize("estimator", ["reparameterization", "batch_ensemble", "rank1"])
+def test_disagreement_is_the_one_step_std_of_two_weight_samples(estimator):
+    """d_t = mean over dims of |m_a - m_b| / 2 (the std of two values), m the prior's mean of
+    s_{t+1} given (s_t, a_t) under the rollout's weight sample and a second one. One weight
+    sample of a mean-field layer is one set of weights whatever the batch: with the rollout's
+    own seed d is 0, and for t = 0 it equals one `img_step` from the start. Without weight
+    noise (batch_ensemble) d is 0 for any seed, which needs every row evaluated by its own
+    member (the member blocks of `tile_members` kept in place). A rank-1 layer draws its
+    factors per row, so its second sample is a fresh draw for every row: d > 0."""
+    _, world_model, value_model = _models([f"model.estimator={estimator}",
+                                           "model.ensemble_size=2"])
+    rssm = world_model.rssm
+    rng = np.random.default_rng(2)
+    start = {k: tf.constant(rng.normal(size=v.shape), tf.float32)
+             for k, v in rssm.initial(3 * rssm.ensemble_size).items()}
+    start["std"] = tf.abs(start["std"])
+    seed = (4, 5)
+    states, actions, _ = value_model.rollout(start, 4, tf.constant(seed))
+    other = tf.constant([9, 9])
+    d = value_model.disagreement(start, states, actions, other).numpy()
+    assert d.shape == (4, 3 * rssm.ensemble_size)
+    if estimator == "batch_ensemble":
+        np.testing.assert_allclose(d, 0.0, atol=1e-6)
+        return
+    assert d.min() > 1e-5  # Two weight draws: the means differ at every step.
+    if estimator == "rank1":
+        return
+    own = value_model.disagreement(start, states, actions, _rollout_weight_seed(seed))
+    np.testing.assert_allclose(own.numpy(), 0.0, atol=1e-6)
+    from bayes_planet.layers import fixed_noise
+    with fixed_noise(rssm, other):
+        first = rssm.img_step(start, actions[0], other, noise=tf.zeros_like(start["stoch"]))
+    want = np.abs(states["mean"][0].numpy() - first["mean"].numpy()).mean(-1) / 2
+    np.testing.assert_allclose(d[0], want, rtol=1e-5, atol=1e-7)
+
+
+def test_value_novelty_adds_the_lambda_returns_of_the_disagreement():
+    """λ-returns are linear in the rewards, so with η > 0 the critic's targets gain exactly
+    the λ-returns of η d (bootstrapped with 0) over those of the same update with η = 0 (same
+    initial weights, seeds, rollouts); the ``novelty`` metric is the mean of d."""
+    batch = _batch(np.random.default_rng(4))
+    seed, eta = tf.constant([6, 7]), 2.5
+    metrics = {}
+    for novelty in (0.0, eta):
+        config, world_model, value_model = _models([f"value.novelty={novelty}",
+                                                    "value.imagine_horizon=4"])
+        post = _posterior(world_model, batch)
+        if novelty:  # The update's rollouts, before it changes the policy.
+            start = value_model.start_states(post)
+            states, actions, _ = value_model.rollout(start, 4, seed)
+            d = value_model.disagreement(start, states, actions,
+                                         tf.random.experimental.stateless_fold_in(seed, 1))
+        metrics[novelty] = value_model.train_step(post, seed)
+    gain = lambda_returns(eta * d, tf.zeros_like(d), config.value.discount,
+                          config.value.td_lambda)
+    np.testing.assert_allclose(metrics[eta]["value"] - metrics[0.0]["value"],
+                               tf.reduce_mean(gain), rtol=1e-4)
+    np.testing.assert_allclose(metrics[eta]["novelty"], tf.reduce_mean(d), rtol=1e-6)
+    assert float(tf.reduce_mean(gain)) > 1e-4
+    assert "novelty" not in metrics[0.0]
+
+
+def test_value_novelty_is_checked_and_older_configs_get_zero():
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected a non-negative number\. Received: value.novelty=-1\.0$"):
+        config_lib.validate(config_lib.load(["debug"], ["value.novelty=-1"]))
+    for estimator in ("deterministic", "batch_ensemble"):
+        with pytest.raises(config_lib.ConfigError,
+                           match=rf"here model.estimator='{estimator}'\)\. Received: "
+                                 r"value.novelty=1\.0$"):
+            config_lib.validate(config_lib.load(["debug"], [f"model.estimator={estimator}",
+                                                            "value.novelty=1"]))
+    config_lib.validate(config_lib.load(["debug"], ["model.estimator=rank1", "value.novelty=1"]))
+    data = config_lib.load(["debug", "value"]).to_dict()
+    del data["value"]["novelty"]
+    assert config_lib.upgrade(data)["value"]["novelty"] == 0.0
+    assert config_lib.load().value.novelty == 0.0  # off by default
