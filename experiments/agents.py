@@ -149,13 +149,37 @@ def grid(config, out):
                 f"planner.beta={variant['beta']}", f"planner.novelty={variant['novelty']}",
                 f"model.weight_prior={variant['weight_prior']}", *config["overrides"]]
         train_config = config_lib.validate(config_lib.load(config["base_presets"], sets))
+        logdir = pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}"
+        check_existing_run(logdir, train_config)
         runs.append({"variant": variant["name"], "task": variant["task"],
                      "estimator": variant["estimator"], "seed": seed, "sets": sets,
-                     "cell": cell(variant, seed),
-                     "logdir": pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}",
+                     "cell": cell(variant, seed), "logdir": logdir,
                      "episodes": train_config.train.episodes,
                      "config": train_config.to_dict()})
     return runs
+
+
+def check_existing_run(logdir, train_config):
+    """A one-line `ConfigError` if ``logdir`` holds a run of another config than the grid
+    would train there (a larger ``train.episodes`` aside: `bayes-planet train` extends a
+    run). Without it a grid would count that run as its own, finished or resumed: two
+    one-task grids of different tasks in one ``out`` share ``<out>/runs/<variant>/seed<s>``."""
+    if not (logdir / "config.yaml").exists():
+        return
+    from bayes_planet import config as config_lib
+    from bayes_planet.run import RunError, read_config
+
+    try:
+        previous = read_config(logdir)
+    except RunError as e:
+        raise _config.ConfigError(str(e)) from None
+    differ = [c for c in _config.changes(previous, train_config)
+              if c[0] not in config_lib.EXTENDABLE_KEYS]
+    if differ:
+        raise _config.ConfigError(
+            f"{logdir} holds a run of another config ({_config.describe_changes(differ)}); "
+            "give this grid its own out (--set out=...) or the presets and overrides that run "
+            "was trained with")
 
 
 def cell(variant, seed):

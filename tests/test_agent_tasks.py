@@ -70,6 +70,32 @@ def test_one_task_grids_keep_their_layout(agents, tmp_path):
         assert all("/" not in r["variant"] for r in runs), preset
 
 
+def test_a_grid_refuses_a_logdir_that_holds_another_runs_config(agents, tmp_path):
+    """Two one-task grids of different tasks in one out share runs/<variant>/seed<s>: the
+    second must not count the first's run as its own (it once reported cartpole's returns
+    as cheetah-run's). The same config passes, and so does a larger train.episodes (an
+    extended run)."""
+    from bayes_planet import config as config_lib
+    from bayes_planet import yaml_config
+
+    cartpole = _load(agents, ["debug"])
+    run = agents.grid(cartpole, tmp_path)[0]
+    run["logdir"].mkdir(parents=True)
+    yaml_config.write(config_lib.validate(config_lib.load(cartpole["base_presets"],
+                                                          run["sets"])),
+                      run["logdir"] / "config.yaml")
+    assert agents.grid(cartpole, tmp_path)[0]["logdir"] == run["logdir"]
+    longer = _load(agents, ["debug"], ["overrides=[eval.video=false, train.episodes=5]"])
+    assert agents.grid(longer, tmp_path)[0]["logdir"] == run["logdir"]
+    other = _load(agents, ["debug"], ["tasks=[cheetah-run]"])
+    with pytest.raises(agents._config.ConfigError,
+                       match=r"^.*seed0 holds a run of another config \(task: "
+                             r"'cartpole-swingup' -> 'cheetah-run'\); give this grid its own "
+                             r"out") as info:
+        agents.grid(other, tmp_path)
+    assert "\n" not in str(info.value)
+
+
 def test_task_seeds_are_checked(agents):
     errors = agents._config.ConfigError
     with pytest.raises(errors, match=r"seeds_per_task: expected a mapping of tasks of the grid"):
