@@ -1,8 +1,11 @@
-"""Where a trained cartpole agent loses the pole: three measurements on a run's checkpoint.
+"""Where a trained agent falls short: measurements on a run's checkpoint (three for cartpole,
+two for any task from states).
 
     python experiments/plateau.py openloop --logdir RUN [--episodes 20] [--latent sample|mean]
     python experiments/plateau.py scores   --logdir RUN [--episodes 5] [--latent sample|shared|mean]
     python experiments/plateau.py actor    --logdir RUN [--episodes 10]
+    python experiments/plateau.py model    --logdir RUN [--episodes 5]     # any state task
+    python experiments/plateau.py novelty  --logdir RUN [--episodes 10]    # any state task
 
 * ``openloop``: the world model's open-loop error against horizon, from windows of the run's
   last replay episodes (``context`` observed steps, then the prior rolled forward with the
@@ -19,8 +22,18 @@
 * ``actor``: a value-aware run's policy alone (tanh of its mean; the belief filtered as the
   planner policy does), no planning, on fresh evaluation-environment episodes.
 
-Cartpole only (its observation is (x, cos θ, sin θ, ẋ, θ̇)); reads the run, writes nothing.
-RESULTS §7k.
+* ``model``: on the run's last replay episodes, the reward head on the filtered (posterior)
+  states against the true rewards (correlation, RMSE, the rewards' std), and the open-loop
+  error of every observation dimension 5 decisions after 5 observed ones (prior means), as a
+  fraction of that dimension's std over the predicted steps (either in the network's space:
+  the ratio does not depend on ``model.normalize_obs``).
+* ``novelty``: the scale of ``value.novelty``'s intrinsic reward on a value-aware run with
+  weight noise: the disagreement `ValueModel.disagreement` along 15-step imagined rollouts of
+  the policy from every 5th posterior state of the last episodes (mean, 90th percentile, max)
+  beside the imagined rewards per decision.
+
+openloop, scores, actor: cartpole only (its observation is (x, cos θ, sin θ, ẋ, θ̇)). Reads
+the run, writes nothing. RESULTS §7k, §7m.
 """
 
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
@@ -139,15 +152,76 @@ def actor(agent, episodes):
           np.round(returns, 1).tolist())
 
 
+def model_errors(agent, episodes, context=5, horizon=5, stride=7):
+    wm = agent.model
+    rewards, predicted, errors, observed = [], [], [], []
+    for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
+        obs = np.asarray(episode["obs"], np.float32)
+        act = np.asarray(episode["action"], np.float32)
+        embed = wm.encoder(wm.observation(tf.constant(obs[None])))
+        post, _ = wm.rssm.observe(embed, tf.constant(act[None]),
+                                  seeds.tf_seed(0, "plateau_filter", i))
+        predicted.append(wm.predict_reward(post).numpy()[0])
+        rewards.append(np.asarray(episode["reward"], np.float32))
+        idx = np.arange(0, len(obs) - context - horizon + 1, stride)[:, None] + np.arange(
+            context + horizon)[None]
+        batch = {"obs": tf.constant(obs[idx]), "action": tf.constant(act[idx])}
+        truth, pred = wm.open_loop(batch, context, seeds.tf_seed(0, "plateau_openloop", i),
+                                   latent="mean")  # the network's space (model.normalize_obs)
+        truth = truth.numpy()[:, -1]
+        errors.append((pred.numpy()[:, -1] - truth) ** 2)
+        observed.append(truth)
+    r, p = np.concatenate(rewards), np.concatenate(predicted)
+    print(f"filtered reward: correlation {np.corrcoef(r, p)[0, 1]:.3f}  RMSE "
+          f"{np.sqrt(np.mean((r - p) ** 2)):.3f}  (true rewards: mean {r.mean():.3f}, std "
+          f"{r.std():.3f})")
+    rmse = np.sqrt(np.concatenate(errors).mean(0))
+    std = np.concatenate(observed).std(0)
+    print(f"open loop, {horizon} decisions after {context}: RMSE / std per observation dimension",
+          [round(float(x), 2) for x in rmse / np.maximum(std, 1e-6)])
+
+
+def novelty_scale(agent, episodes, horizon=15, every=5):
+    wm, vm = agent.model, agent.value
+    if vm is None:
+        raise SystemExit("novelty: the run has no value model (value.enabled: false)")
+    if agent.config.model.estimator in ("deterministic", "batch_ensemble"):
+        raise SystemExit("novelty: the transition has no weight noise. Received: "
+                         f"model.estimator={agent.config.model.estimator}")
+    rows = []
+    for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
+        obs = np.asarray(episode["obs"], np.float32)[None]
+        embed = wm.encoder(wm.observation(tf.constant(obs)))
+        post, _ = wm.rssm.observe(embed, tf.constant(np.asarray(episode["action"], np.float32)[None]),
+                                  seeds.tf_seed(0, "plateau_filter", i))
+        start = {k: tf.reshape(v[:, ::every], [-1, v.shape[-1]]) for k, v in post.items()}
+        states, actions, _ = vm.rollout(start, horizon, seeds.tf_seed(0, "plateau_rollout", i))
+        d = vm.disagreement(start, states, actions,
+                            seeds.tf_seed(0, "plateau_weights", i)).numpy()
+        rows.append((d.mean(), np.percentile(d, 90), d.max(),
+                     wm.predict_reward(states).numpy().mean()))
+    v = np.array(rows)
+    print(f"disagreement d over {horizon}-step imagined rollouts, {len(v)} episodes: mean "
+          f"{v[:, 0].mean():.4f}  90th percentile {v[:, 1].mean():.4f}  max {v[:, 2].max():.4f}"
+          f"  (imagined reward per decision: mean {v[:, 3].mean():.3f})")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("measure", choices=("openloop", "scores", "actor"))
+    parser.add_argument("measure", choices=("openloop", "scores", "actor", "model", "novelty"))
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--episodes", type=int, default=None)
     parser.add_argument("--latent", default="sample", choices=("sample", "shared", "mean"))
     args = parser.parse_args(argv)
     agent = Agent(args.logdir, read_only=True)
-    if agent.config.task.split("-")[0] != "cartpole" or agent.config.obs_type != "state":
+    if agent.config.obs_type != "state":
+        raise SystemExit(f"plateau: state observations only. Received: obs_type="
+                         f"{agent.config.obs_type}")
+    if args.measure == "model":
+        return model_errors(agent, args.episodes or 5)
+    if args.measure == "novelty":
+        return novelty_scale(agent, args.episodes or 10)
+    if agent.config.task.split("-")[0] != "cartpole":
         raise SystemExit(f"plateau: cartpole from states only. Received: task={agent.config.task}"
                          f", obs_type={agent.config.obs_type}")
     if agent.config.model.normalize_obs:

@@ -271,8 +271,8 @@ def _check_merge_of_archived_runs(agents, archive, variants, out):
 
 
 def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
-    """experiments/plateau.py on a tiny value-aware cartpole run: each measurement prints its
-    rows with finite numbers; another task is refused."""
+    """experiments/plateau.py on a tiny value-aware cartpole run (mean-field transition): each
+    measurement prints its rows with finite numbers; another task is refused."""
     import subprocess
     import sys
 
@@ -287,7 +287,9 @@ def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
     for argv, expected in ((["openloop"], "h= 5 angle RMSE"), (["openloop", "--latent", "mean"],
                            "h= 5 angle RMSE"), (["scores", "--episodes", "2"], "other    policy"),
                            (["scores", "--latent", "shared"], "other    random"),
-                           (["actor", "--episodes", "1"], "actor alone, 1 episodes")):
+                           (["actor", "--episodes", "1"], "actor alone, 1 episodes"),
+                           (["model", "--episodes", "2"], "open loop, 5 decisions after 5"),
+                           (["novelty", "--episodes", "2"], "disagreement d over 15-step")):
         plateau.main(argv + ["--logdir", str(logdir)])
         out = capsys.readouterr().out
         assert expected in out, (argv, out)
