@@ -92,16 +92,22 @@ def open_loop(agent, episodes, latent, context=5, horizon=10, stride=3):
                   f"  θ̇ RMSE {rmse[2, h - 1]:.3f} (persistence {rmse[3, h - 1]:.3f})")
 
 
+def _filtered(wm, episode, i):
+    """A replay episode's observations and actions and its posterior states ``[1, T, size]``
+    (the ``plateau_filter`` stream of episode index ``i``)."""
+    obs = np.asarray(episode["obs"], np.float32)
+    act = np.asarray(episode["action"], np.float32)
+    embed = wm.encoder(wm.observation(tf.constant(obs[None])))
+    post, _ = wm.rssm.observe(embed, tf.constant(act[None]), seeds.tf_seed(0, "plateau_filter", i))
+    return obs, act, post
+
+
 def scores(agent, episodes, latent, per_group=6, candidates=64):
     wm, vm, horizon = agent.model, agent.value, agent.config.planner.horizon
     rng = seeds.numpy_rng(0, "plateau_candidates")
     rows = {}
     for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
-        obs = np.asarray(episode["obs"], np.float32)
-        act = np.asarray(episode["action"], np.float32)
-        embed = wm.encoder(wm.observation(tf.constant(obs[None])))
-        post, _ = wm.rssm.observe(embed, tf.constant(act[None]),
-                                  seeds.tf_seed(0, "plateau_filter", i))
+        obs, act, post = _filtered(wm, episode, i)
         group = _group(obs)
         for name, where in (("balance", np.flatnonzero(group == 0)),
                             ("other", np.flatnonzero(group == 2))):
@@ -156,11 +162,7 @@ def model_errors(agent, episodes, context=5, horizon=5, stride=7):
     wm = agent.model
     rewards, predicted, errors, observed = [], [], [], []
     for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
-        obs = np.asarray(episode["obs"], np.float32)
-        act = np.asarray(episode["action"], np.float32)
-        embed = wm.encoder(wm.observation(tf.constant(obs[None])))
-        post, _ = wm.rssm.observe(embed, tf.constant(act[None]),
-                                  seeds.tf_seed(0, "plateau_filter", i))
+        obs, act, post = _filtered(wm, episode, i)
         predicted.append(wm.predict_reward(post).numpy()[0])
         rewards.append(np.asarray(episode["reward"], np.float32))
         idx = np.arange(0, len(obs) - context - horizon + 1, stride)[:, None] + np.arange(
@@ -190,10 +192,7 @@ def novelty_scale(agent, episodes, horizon=15, every=5):
                          f"model.estimator={agent.config.model.estimator}")
     rows = []
     for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
-        obs = np.asarray(episode["obs"], np.float32)[None]
-        embed = wm.encoder(wm.observation(tf.constant(obs)))
-        post, _ = wm.rssm.observe(embed, tf.constant(np.asarray(episode["action"], np.float32)[None]),
-                                  seeds.tf_seed(0, "plateau_filter", i))
+        _, _, post = _filtered(wm, episode, i)
         start = {k: tf.reshape(v[:, ::every], [-1, v.shape[-1]]) for k, v in post.items()}
         states, actions, _ = vm.rollout(start, horizon, seeds.tf_seed(0, "plateau_rollout", i))
         d = vm.disagreement(start, states, actions,
