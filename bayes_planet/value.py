@@ -265,8 +265,9 @@ class ValueModel(tf.Module):
             states, actions, entropy = self.rollout(start, v.imagine_horizon, seed)
             rewards = wm.predict_reward(states)  # [H, N]: r_1..r_H
             if v.novelty:
-                bonus = self.disagreement(start, states, actions, self._novelty_seed(seed))
-                rewards += v.novelty * tf.stop_gradient(bonus)
+                with tape.stop_recording():  # A reward, not a path for the policy's gradient.
+                    bonus = self.disagreement(start, states, actions, self._novelty_seed(seed))
+                rewards += v.novelty * bonus
             values = self.value(states, target=True)  # V'(s_1..s_H)
             returns = lambda_returns(rewards, values, v.discount, v.td_lambda)  # R_0..R_{H-1}
             actor_loss = -tf.reduce_mean(returns) - v.actor_entropy * tf.reduce_mean(entropy)
