@@ -19,10 +19,12 @@ from bayes_planet.yaml_config import Config, ConfigError
 
 __all__ = [
     "EXTENDABLE_KEYS",
+    "NO_WEIGHT_NOISE",
     "PLANNER_LATENT",
     "PLANNING_KEYS",
     "Config",
     "ConfigError",
+    "fixed_changes",
     "load",
     "parse",
     "presets",
@@ -70,6 +72,12 @@ PLANNING_KEYS = ("planner", "value.policy_proposals")
 #: it trains, which nothing before its end depends on, so a run of 50 episodes extended to 100
 #: equals a run of 100 (the run tests check it).
 EXTENDABLE_KEYS = ("train.episodes",)
+
+
+def fixed_changes(previous, config):
+    """``[(dotted key, old, new)]`` where ``config`` differs from a run's ``previous`` config
+    in keys other than `EXTENDABLE_KEYS`: what a run cannot be reopened with."""
+    return [c for c in yaml_config.changes(previous, config) if c[0] not in EXTENDABLE_KEYS]
 
 
 def with_planning(config, overrides):
@@ -193,7 +201,7 @@ _INTERVALS = {"value.discount": (0.0, 1.0, False), "value.td_lambda": (0.0, 1.0,
               "value.target_rate": (0.0, 1.0, False)}
 _FINITE_FLOAT = ("planner.beta",)
 #: Transition estimators without weight noise: two weight samples are the same weights.
-_NO_WEIGHT_NOISE = (layer_registry.DETERMINISTIC, "batch_ensemble")
+NO_WEIGHT_NOISE = (layer_registry.DETERMINISTIC, "batch_ensemble")
 #: ``planner.latent``: how the planner's candidate rollouts draw their latent samples
 #: (`bayes_planet.policy`).
 PLANNER_LATENT = ("sample", "shared", "mean")
@@ -325,9 +333,9 @@ def validate(config):
              "(planner.weight_samples >= 2 of a Bayesian transition, or an ensemble's members; "
              f"here model.estimator={model['estimator']!r}, planner.weight_samples="
              f"{planner['weight_samples']})", planner["novelty"])
-    if value["novelty"] > 0 and model["estimator"] in _NO_WEIGHT_NOISE:
+    if value["novelty"] > 0 and model["estimator"] in NO_WEIGHT_NOISE:
         fail("value.novelty", "0 unless the transition has weight noise (its disagreement "
-             f"between two weight samples is 0 for model.estimator in {list(_NO_WEIGHT_NOISE)}; "
+             f"between two weight samples is 0 for model.estimator in {list(NO_WEIGHT_NOISE)}; "
              f"here model.estimator={model['estimator']!r})", value["novelty"])
     cells = layer_registry.estimators("gru_cell", ensembles=True)
     if data["model"]["bayesian_gru"] and data["model"]["estimator"] not in cells:

@@ -259,7 +259,7 @@ class Run:
         `config.EXTENDABLE_KEYS` (no fewer episodes than are collected); a `RunError` naming
         the differences otherwise."""
         changes = yaml_config.changes(previous, self.config)
-        fixed = [c for c in changes if c[0] not in config_lib.EXTENDABLE_KEYS]
+        fixed = config_lib.fixed_changes(previous, self.config)
         if fixed:
             raise RunError(
                 f"logdir {self.logdir} holds a run with a different config ({yaml_config.describe_changes(fixed)}); "

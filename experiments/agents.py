@@ -173,8 +173,7 @@ def check_existing_run(logdir, train_config):
         previous = read_config(logdir)
     except RunError as e:
         raise _config.ConfigError(str(e)) from None
-    differ = [c for c in _config.changes(previous, train_config)
-              if c[0] not in config_lib.EXTENDABLE_KEYS]
+    differ = config_lib.fixed_changes(previous, train_config)
     if differ:
         raise _config.ConfigError(
             f"{logdir} holds a run of another config ({_config.describe_changes(differ)}); "

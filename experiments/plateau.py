@@ -43,6 +43,7 @@ import argparse
 import numpy as np
 import tensorflow as tf
 
+from bayes_planet import config as config_lib
 from bayes_planet import envs, seeds
 from bayes_planet.agent import Agent
 from bayes_planet.policy import candidate_scores
@@ -187,7 +188,7 @@ def novelty_scale(agent, episodes, horizon=15, every=5):
     wm, vm = agent.model, agent.value
     if vm is None:
         raise SystemExit("novelty: the run has no value model (value.enabled: false)")
-    if agent.config.model.estimator in ("deterministic", "batch_ensemble"):
+    if agent.config.model.estimator in config_lib.NO_WEIGHT_NOISE:
         raise SystemExit("novelty: the transition has no weight noise. Received: "
                          f"model.estimator={agent.config.model.estimator}")
     rows = []
