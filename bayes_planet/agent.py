@@ -152,7 +152,8 @@ class Agent:
         if read_only and require_checkpoint and self.restored is None:
             raise RunError(f"no checkpoint in {self.logdir / 'checkpoints'}: train the run first")
         self.collector = Collector(c.seed, self.worker, env, eval_env, self.model, c.planner,
-                                   self.value, c.value.policy_proposals)
+                                   self.value, c.value.policy_proposals,
+                                   eval_optimism=c.eval.optimism)
 
     def state_variables(self):
         """Every variable a checkpoint holds (model, value model, optimizers, counters), once."""

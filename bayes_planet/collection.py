@@ -31,13 +31,15 @@ class Collector:
       planner: the ``planner`` config section.
       value_model, proposals: the value model of value-aware planning (None: PlaNet) and the
         number of its policy's rollouts among the planner's candidates (`PlannerPolicy`).
+      eval_optimism: whether the evaluation policy plans with the planner's optimism
+        (``eval.optimism``; `PlannerPolicy`'s ``optimism``).
     Attributes:
       env, eval_env: the environments; ``obs_key``: their observation's key;
       ``action_size``; ``collect_policy``/``eval_policy``: the planner policies.
     """
 
     def __init__(self, seed, worker, env, eval_env, world_model, planner, value_model=None,
-                 proposals=0):
+                 proposals=0, *, eval_optimism):
         from tf_agents.environments import tf_py_environment
 
         from bayes_planet.envs.tf_agents_env import TFAgentsEnv
@@ -52,7 +54,8 @@ class Collector:
         specs = (tf_env.time_step_spec(), tf_env.action_spec())
         value = {"value_model": value_model, "proposals": proposals}
         self.collect_policy = PlannerPolicy(*specs, world_model, planner, explore=True, **value)
-        self.eval_policy = PlannerPolicy(*specs, world_model, planner, explore=False, **value)
+        self.eval_policy = PlannerPolicy(*specs, world_model, planner, explore=False,
+                                         optimism=eval_optimism, **value)
         self._py_policies = {}
 
     def policy(self, kind, *indices, stream=None):

@@ -66,7 +66,7 @@ _OLD_RANK1_FACTORS = ("trainable_rank1_normal", "rank1_normal_kl_divergence")
 
 #: The keys a trained run may be evaluated with other values of (``bayes-planet eval --set``):
 #: how the agent plans, not what it learned.
-PLANNING_KEYS = ("planner", "value.policy_proposals")
+PLANNING_KEYS = ("planner", "value.policy_proposals", "eval.optimism")
 
 #: The keys a trainer may reopen a run with other values of (`bayes_planet.run.Run`): how long
 #: it trains, which nothing before its end depends on, so a run of 50 episodes extended to 100
@@ -127,6 +127,10 @@ def upgrade(data):
       ``exploration_decay_steps``, read only when the final noise is set).
     * before ``planner.latent`` existed, every candidate drew its own latent samples: a
       planner section without the key gets ``latent: sample``.
+    * before ``eval.optimism`` existed, evaluation planned with the collection's
+      ``planner.beta`` and ``planner.novelty``: an eval section without the key gets
+      ``optimism: true`` where that mattered (a β > 0 or a novelty > 0), else ``false``
+      (the same plans; such runs resume under today's default).
     * before ``model.factor_posterior``/``factor_prior`` existed, a rank-1 transition took
       the layers' default of that time: a model section without them gets
       ``trainable_rank1_normal`` / ``rank1_normal_kl_divergence`` (that default, not today's).
@@ -171,6 +175,9 @@ def upgrade(data):
         if old:
             planner["name"] = "cem"
             planner["cem"] = old
+    if isinstance(data.get("eval"), dict) and "optimism" not in data["eval"]:
+        data["eval"]["optimism"] = isinstance(planner, dict) and (
+            planner.get("beta", 0) > 0 or planner.get("novelty", 0) > 0)
     return data
 
 

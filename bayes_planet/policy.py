@@ -158,10 +158,13 @@ class PlannerPolicy(tf_policy.TFPolicy):
       value_model: optional `bayes_planet.value.ValueModel` (value-aware planning).
       proposals: rollouts of the value model's policy added to the planner's candidates
         (0: none).
+      optimism: score candidates with ``planner.beta`` and ``planner.novelty`` (False:
+        without their optimism, as ``eval.optimism: false``: a β > 0 counts as 0, a
+        risk-averse β < 0 stays, no novelty bonus).
     """
 
     def __init__(self, time_step_spec, action_spec, world_model, planner, explore=False,
-                 value_model=None, proposals=0, name="planner_policy"):
+                 value_model=None, proposals=0, optimism=True, name="planner_policy"):
         rssm = world_model.rssm
         # One belief per member of an ensemble transition ([E, size]), else [size].
         members = [rssm.ensemble_size] if rssm.ensemble_size > 1 else []
@@ -181,6 +184,8 @@ class PlannerPolicy(tf_policy.TFPolicy):
         self._value_model = value_model
         self._proposals = int(proposals) if value_model is not None else 0
         self._plan = planners.get(planner.name)
+        self._beta = planner.beta if optimism else min(planner.beta, 0.0)
+        self._novelty = planner.novelty if optimism else 0.0
         self._explore = bool(explore)
         self._noise = tf.Variable(float(planner.exploration_noise) if explore else 0.0,
                                   dtype=tf.float32, trainable=False, name="exploration_noise")
@@ -228,8 +233,8 @@ class PlannerPolicy(tf_policy.TFPolicy):
         sample_seeds = tf.random.experimental.stateless_split(seed[1], cfg.weight_samples)
 
         def objective(actions):
-            return candidate_scores(wm, post, actions, sample_seeds, cfg.beta,
-                                    self._value_model, cfg.novelty, cfg.latent)
+            return candidate_scores(wm, post, actions, sample_seeds, self._beta,
+                                    self._value_model, self._novelty, cfg.latent)
 
         proposals = None
         if self._proposals:

@@ -68,6 +68,48 @@ def test_novelty_changes_the_plan_and_only_with_a_weight(setup):
     assert not np.array_equal(actions[0.0], actions[1e4])
 
 
+def test_without_optimism_the_policy_plans_for_the_expected_return(setup):
+    """``optimism=False`` (the evaluation policy under ``eval.optimism: false``): a β > 0 and
+    the novelty bonus are dropped, so the plan is the β = 0, novelty-0 plan of the same seed
+    (the setup's K = 2 mean-field samples); with optimism they decide; a β < 0 (risk
+    aversion, not exploration) stays."""
+    config, tf_env, model = setup
+    time_step = tf_env.reset()
+
+    def act(overrides, **kwargs):
+        planner = config_lib.with_planning(config, overrides).planner
+        policy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, planner,
+                               **kwargs)
+        return policy.action(time_step, policy.get_initial_state(1),
+                             seed=tf.constant([3, 0])).action.numpy()
+
+    greedy = act(["planner.beta=0", "planner.novelty=0"])
+    optimistic = ["planner.beta=50", "planner.novelty=1e4"]
+    np.testing.assert_array_equal(act(optimistic, optimism=False), greedy)
+    assert not np.array_equal(act(optimistic), greedy)
+    averse = ["planner.beta=-50"]
+    np.testing.assert_array_equal(act(averse, optimism=False), act(averse))
+    assert not np.array_equal(act(averse), greedy)
+
+
+def test_eval_optimism_is_a_checked_planning_key_off_by_default():
+    """Evaluation drops the collection's optimism by default; runs from before the key
+    planned their evaluations with it (upgrade: true where it had something to act on, else
+    today's false: the same plans); a trained run may be evaluated either way
+    (`with_planning`); a non-boolean is refused naming the key."""
+    config = config_lib.load(["debug"])
+    assert config.eval.optimism is False
+    for planner, optimism in (([], False), (["planner.beta=-1"], False),
+                              (["planner.beta=1"], True), (["planner.novelty=1",
+                                                            "planner.weight_samples=2"], True)):
+        data = config_lib.load(["debug"], planner).to_dict()
+        del data["eval"]["optimism"]
+        assert config_lib.upgrade(data)["eval"]["optimism"] is optimism, planner
+    assert config_lib.with_planning(config, ["eval.optimism=true"]).eval.optimism is True
+    with pytest.raises(config_lib.ConfigError, match=r"eval\.optimism"):
+        config_lib.load(["debug"], ["eval.optimism=3"])
+
+
 @pytest.mark.parametrize("latent", ["shared", "mean"])
 def test_the_policy_plans_with_each_latent_noise(setup, latent):
     """``planner.latent`` through the policy: a seed gives one action, in the box; the plan
