@@ -36,14 +36,15 @@ def test_tasks_preset_grid(agents, tmp_path):
     assert first["logdir"] == tmp_path / "runs" / "cartpole-swingup" / "deterministic" / "seed0"
     command = agents.train_command(runs[11], config["base_presets"])
     assert command[command.index("--preset") + 1] == "cpu,value,proprio"
-    assert "task=walker-walk" in command and "model.estimator=rank1" in command
+    assert "task=walker-walk" in command and "model.estimator=reparameterization" in command
     from bayes_planet import config as config_lib
 
     merged = config_lib.validate(config_lib.load(config["base_presets"], runs[11]["sets"]))
     assert (merged.train.updates_per_episode, merged.planner.cem.iterations,
-            merged.model.obs_stddev, merged.value.enabled) == (100, 2, 0.1, True)
+            merged.model.obs_stddev, merged.model.normalize_obs, merged.value.enabled) == (
+                100, 2, 0.1, True, True)
     labels = {(v["task"], v["label"]) for v in agents.variants(config)}
-    assert labels == {(t, e) for t in seeds for e in ("deterministic", "rank1")}
+    assert labels == {(t, e) for t in seeds for e in ("deterministic", "reparameterization")}
 
 
 def test_tasks_preset_reaches_the_last_table_step_on_every_task(agents, tmp_path):

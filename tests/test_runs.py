@@ -454,8 +454,9 @@ def test_every_preset_validates_alone_and_after_cpu():
         for presets in ([name], ["cpu", name]):
             assert config_lib.validate(config_lib.load(presets)), presets
     c = config_lib.validate(config_lib.load(["cpu", "value", "proprio"]))
-    assert (c.obs_type, c.model.obs_stddev, c.train.updates_per_episode, c.train.episodes,
-            c.value.enabled, c.planner.horizon) == ("state", 0.1, 100, 100, True, 5)
+    assert (c.obs_type, c.model.obs_stddev, c.model.normalize_obs, c.train.updates_per_episode,
+            c.train.episodes, c.value.enabled, c.planner.horizon) == (
+                "state", 0.1, True, 100, 100, True, 5)
     assert config_lib.load(["paper"]) == config_lib.load([])  # PlaNet's sizes are the defaults
 
 
