@@ -329,6 +329,19 @@ def archived_runs(config):
     return archived
 
 
+def only_variants(runs, names):
+    """The runs of the variants ``names`` (``--only``; None: all), refusing a name that is
+    not a variant of the grid in one line that lists them."""
+    if names is None:
+        return runs
+    known = list(dict.fromkeys(run["variant"] for run in runs))
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise _config.ConfigError(f"--only: expected variants of this grid, one of {known}; "
+                                  f"received {unknown}")
+    return [run for run in runs if run["variant"] in names]
+
+
 def _local(runs, archived):
     """The runs to train or probe here: those not filled by an archived run. An archived run
     that kept its training config fills a cell only if it equals the cell's: a one-line
@@ -567,6 +580,11 @@ def main(argv=None):
                         help="only re-aggregate the existing logdirs")
     parser.add_argument("--probe", action="store_true",
                         help="also run latent probes on finished runs (config: probe.enabled)")
+    parser.add_argument("--only", action="append", default=None, metavar="VARIANT",
+                        help="train only this variant of the grid (repeatable; its name as in "
+                             "the table, e.g. reparameterization_novelty10): a subset of the "
+                             "grid's own lists would name its variants, and so logdirs, "
+                             "differently; the table shows every variant")
     args = parser.parse_args(argv)
     config = _config.load_dict(CONFIG_PATH, _config.presets_from(args), args.set)
     if args.out:
@@ -594,7 +612,7 @@ def main(argv=None):
     _config.save_dict(config, out)
     status = None
     if not args.aggregate_only:
-        local = _local(runs, archived)
+        local = only_variants(_local(runs, archived), args.only)
         status = launch(local, config["base_presets"], config["parallel"])
         if config["probe"]["enabled"]:
             probe(local, config, out)

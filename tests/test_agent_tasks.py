@@ -121,6 +121,24 @@ def test_main_refuses_coverage_of_several_tasks_and_bad_table_steps(agents, tmp_
     assert not (tmp_path / "config.yaml").exists()
 
 
+def test_only_trains_a_subset_under_the_full_grids_names(agents, tmp_path):
+    """A subset of a grid's novelties would drop the novelty from the labels (another
+    logdir); ``--only`` keeps the grid and picks variants, and names the choices on a typo."""
+    config = _load(agents, ["sparse"], ["seeds=[0, 1]"])
+    runs = agents.grid(config, tmp_path)
+    picked = agents.only_variants(runs, ["reparameterization_novelty10"])
+    assert [(r["variant"], r["seed"]) for r in picked] == [
+        ("reparameterization_novelty10", 0), ("reparameterization_novelty10", 1)]
+    assert picked[0]["logdir"] == tmp_path / "runs" / "reparameterization_novelty10" / "seed0"
+    assert agents.only_variants(runs, None) == runs
+    subset = agents.grid(_load(agents, ["sparse"], ["novelties=[10.0]"]), tmp_path)
+    assert subset[0]["variant"] == "reparameterization"  # what --only avoids
+    with pytest.raises(agents._config.ConfigError,
+                       match=r"^--only: expected variants of this grid, one of "
+                             r"\['reparameterization_novelty0', .*received \['novelty10'\]$"):
+        agents.only_variants(runs, ["novelty10"])
+
+
 # ---------------------------------------------------------------- merging archives
 ARCHIVES = {"comparison": "comparison", "comparison_fl": "comparison", "priors": "priors",
             "exploration": "exploration"}
