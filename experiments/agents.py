@@ -608,11 +608,12 @@ def main(argv=None):
                                   f"received {config['table_steps']!r}")
     out = pathlib.Path(config["out"])
     runs = grid(config, out)
+    picked = only_variants(runs, args.only)
     archived = archived_runs(config)
     _config.save_dict(config, out)
     status = None
     if not args.aggregate_only:
-        local = only_variants(_local(runs, archived), args.only)
+        local = _local(picked, archived)
         status = launch(local, config["base_presets"], config["parallel"])
         if config["probe"]["enabled"]:
             probe(local, config, out)

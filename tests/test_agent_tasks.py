@@ -137,6 +137,9 @@ def test_only_trains_a_subset_under_the_full_grids_names(agents, tmp_path):
                        match=r"^--only: expected variants of this grid, one of "
                              r"\['reparameterization_novelty0', .*received \['novelty10'\]$"):
         agents.only_variants(runs, ["novelty10"])
+    with pytest.raises(agents._config.ConfigError, match="^--only: "):  # before writing out
+        agents.main(["--preset", "debug", "--out", str(tmp_path / "grid"), "--only", "nope"])
+    assert not (tmp_path / "grid").exists()
 
 
 # ---------------------------------------------------------------- merging archives
