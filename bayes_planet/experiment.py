@@ -51,7 +51,8 @@ def example_main(argv, doc, config_path, examples, default_preset, hide=()):
     presets = yaml_config.presets_from(args)
     config = yaml_config.load_dict(config_path, presets, args.set)
     if config["example"] not in examples:
-        raise ValueError(f"Unknown example {config['example']!r}; expected {sorted(examples)}")
+        raise yaml_config.ConfigError(f"Unknown example {config['example']!r}; "
+                                      f"expected {sorted(examples)}")
     out_dir = pathlib.Path(args.out)
     yaml_config.save_dict(config, out_dir)
 

@@ -17,6 +17,7 @@ import bayes_planet._extras.yaml_loader  # noqa: F401  isort: skip  (needs PyYAM
 import copy
 import pathlib
 import re
+import sys
 
 import yaml
 
@@ -33,6 +34,7 @@ __all__ = [
     "parse",
     "parse_presets",
     "presets",
+    "run_script",
     "presets_from",
     "read",
     "save_dict",
@@ -314,3 +316,25 @@ def add_arguments(parser):
                         help="override a config key, e.g. --set seeds=[0]")
     parser.add_argument("--out", default=None, help="output folder (default: config 'out')")
     return parser
+
+
+def run_script(main, argv=None, deterministic=False):
+    """Runs a config-driven script's ``main(argv)`` from its ``__main__`` block and returns its
+    value. TensorFlow is imported first with its benign start-up lines filtered (as the
+    ``bayes-planet`` command does, `bayes_planet._startup`); ``deterministic`` turns on its op
+    determinism (bit-reproducible command-line runs; tests call ``main`` in-process without).
+    A `ConfigError` (an unknown preset or key, a value of the wrong type or range) ends the
+    script as argparse ends a bad flag: one line ``<script>: error: <message>`` on stderr and
+    exit status 2, not a traceback."""
+    from bayes_planet import _startup
+
+    _startup.quiet_import("tensorflow")
+    if deterministic:
+        import tensorflow as tf
+
+        tf.config.experimental.enable_op_determinism()
+    try:
+        return main(argv)
+    except ConfigError as e:
+        print(f"{pathlib.Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -625,4 +625,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(1 if main()["failed"] else 0)
+    sys.exit(1 if _config.run_script(main)["failed"] else 0)

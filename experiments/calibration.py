@@ -351,4 +351,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    _config.run_script(main)

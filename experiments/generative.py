@@ -419,8 +419,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import tensorflow as tf
-
-    # Command-line runs are bit-reproducible (not set by `main`, which tests call in-process).
-    tf.config.experimental.enable_op_determinism()
-    main()
+    yaml_config.run_script(main, deterministic=True)

@@ -335,4 +335,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    yaml_config.run_script(main)

@@ -21,6 +21,7 @@ import pathlib
 
 import numpy as np
 
+from bayes_planet import yaml_config
 from bayes_planet.experiment import example_main
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
@@ -119,8 +120,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    import tensorflow as tf
-
-    # Command-line runs are bit-reproducible (not set by `main`, which tests call in-process).
-    tf.config.experimental.enable_op_determinism()
-    main()
+    yaml_config.run_script(main, deterministic=True)

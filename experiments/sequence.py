@@ -277,4 +277,4 @@ def _print(results):
 
 
 if __name__ == "__main__":
-    main()
+    yaml_config.run_script(main)
