@@ -34,9 +34,9 @@ __all__ = [
     "parse",
     "parse_presets",
     "presets",
-    "run_script",
     "presets_from",
     "read",
+    "run_script",
     "save_dict",
     "write",
 ]
