@@ -2,12 +2,13 @@
 
 On a machine without CUDA, importing TensorFlow 2.15 prints ``E ... Unable to register cuDNN
 factory`` (and cuFFT, cuBLAS), ``W ... TF-TRT Warning: Could not find TensorRT`` and CPU
-notices, and importing TF-Agents prints gym's "Gym has been unmaintained since 2022 ..."
-banner. A newcomer reads those as failures. `quiet_import` imports modules with standard
-error (file descriptor 2, which TensorFlow's C++ logging writes to) passed through a filter
-that drops exactly the lines of `BENIGN` and forwards every other line as it arrives, so
-genuine errors and warnings during the import still reach the user. Nothing is filtered
-after the import.
+notices, TensorFlow 2.21 prints absl's "WARNING: All log messages before absl::InitializeLog()
+is called are written to STDERR", and importing TF-Agents prints gym's "Gym has been
+unmaintained since 2022 ..." banner. A newcomer reads those as failures. `quiet_import`
+imports modules with standard error (file descriptor 2, which TensorFlow's C++ logging writes
+to) passed through a filter that drops exactly the lines of `BENIGN` and forwards every other
+line as it arrives, so genuine errors and warnings during the import still reach the user.
+Nothing is filtered after the import.
 """
 
 import contextlib
@@ -28,6 +29,7 @@ BENIGN = tuple(re.compile(p) for p in (
     r"This TensorFlow binary is optimized to use available CPU instructions",
     r"^To enable the following instructions: .*rebuild TensorFlow with the appropriate",
     r"oneDNN custom operations are on\. You may see slightly different numerical results",
+    r"^WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$",
     r"^Gym has been unmaintained since 2022 and does not support NumPy 2\.0",
     r"^Please upgrade to Gymnasium, the maintained drop-in replacement of Gym",
     r"^See the migration guide at https://gymnasium\.farama\.org/",

@@ -9,7 +9,8 @@ from bayes_planet import _startup
 
 NOISE = ("Unable to register cuDNN factory", "Unable to register cuFFT factory",
          "Unable to register cuBLAS factory", "Could not find TensorRT",
-         "Gym has been unmaintained", "Please upgrade to Gymnasium")
+         "Gym has been unmaintained", "Please upgrade to Gymnasium",
+         "All log messages before absl::InitializeLog()")
 
 
 def _env():
