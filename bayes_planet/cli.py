@@ -1,7 +1,7 @@
 """The ``bayes-planet`` command line.
 
     bayes-planet train --task cartpole-swingup --preset cpu --logdir runs/x [--set key=value ...]
-    bayes-planet eval --logdir runs/x [--episodes 5] [--video --out DIR]
+    bayes-planet eval --logdir runs/x [--episodes 5] [--out DIR [--video]]
     bayes-planet probe --logdir runs/x [--episodes 5] [--out DIR] [--test-episodes DIR]
     bayes-planet demo [--epochs 20] [--samples 20] [--seed 0]
 
@@ -12,7 +12,8 @@ import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent'
 
 import argparse
 import errno
-import pathlib
+import json
+import os
 import sys
 
 from bayes_planet import _startup
@@ -63,8 +64,8 @@ def _eval(args):
     if args.video and not args.out:
         raise ValueError("eval --video needs --out DIR (eval never writes into the run). "
                          "Received: --out=None")
-    if args.video:  # Checked before any episode is collected.
-        check_output_dir("--out", args.out, check_logdir(args.logdir))
+    if args.out:  # Checked before any episode is collected.
+        out = check_output_dir("--out", args.out, check_logdir(args.logdir))
     agent = Agent(args.logdir, read_only=True, planning=args.set or ())
     collector = agent.collector
     returns = []
@@ -74,13 +75,21 @@ def _eval(args):
                                             render=args.video)
         returns.append(float(episode["reward"].sum()))
         if args.video:
-            out = pathlib.Path(args.out)
             out.mkdir(parents=True, exist_ok=True)
             envs.write_video(np.stack(frames), out / f"eval_cli_{i}.mp4", fps=20)
     changed = f", {', '.join(args.set)}" if args.set else ""
     print(f"eval over {args.episodes} episodes (checkpoint {agent.restored}{changed}): return "
           f"{np.mean(returns):.1f} ± {np.std(returns):.1f} "
           f"({', '.join(f'{r:.1f}' for r in returns)})")
+    if args.out:  # Last, whole: a killed evaluation leaves no eval.json.
+        out.mkdir(parents=True, exist_ok=True)
+        report = {"checkpoint": agent.restored, "episodes": args.episodes,
+                  "planning": list(args.set or ()),
+                  "returns": returns, "mean": float(np.mean(returns)),
+                  "std": float(np.std(returns))}
+        temp = out / f".eval.json.tmp.{os.getpid()}"
+        temp.write_text(json.dumps(report, indent=1) + "\n")
+        os.replace(temp, out / "eval.json")
 
 
 def _probe(args):
@@ -119,7 +128,9 @@ def build_parser():
     evaluate.add_argument("--logdir", required=True)
     evaluate.add_argument("--episodes", type=_positive_int, default=5)
     evaluate.add_argument("--video", action="store_true", help="write mp4s to --out")
-    evaluate.add_argument("--out", default=None, help="folder for --video (not the run)")
+    evaluate.add_argument("--out", default=None,
+                          help="folder outside the run for eval.json (the returns and the "
+                               "checkpoint: episodes trained) and --video's mp4s")
     evaluate.add_argument("--set", action="append", metavar="KEY=VALUE",
                           help="plan differently with the trained model: planner.* or "
                                "value.policy_proposals, e.g. --set planner.beta=1")

@@ -51,6 +51,12 @@ start). All run configs are validated before the first launch.
   probes the Bayesian runs into ``<run>.probe`` (per_episode) or ``<run>.probe_<mode>``
   beside the run (a probe never writes into a run);
   the summary has a row per variant and mode.
+* with ``final_eval.episodes`` N > 0: ``bayes-planet eval --episodes N`` of every finished
+  run's last checkpoint (as a run finishes, those finished before after the launches; again
+  if the run was extended), into
+  ``<run>.eval/eval.json`` beside the run; the summary's and the tasks table's "final"
+  columns (mean ± std over seeds of each run's N-episode mean; TD-MPC's evaluations are 10
+  episodes). The evaluation episodes are seeded by their index, so a rerun gives the same.
 
 **Seeds run elsewhere** (another session, another machine): ``results.json`` keeps every
 run's curves and numbers, so archiving it (``experiments/figures/<grid>_results.json``) and
@@ -155,6 +161,7 @@ def grid(config, out):
                      "estimator": variant["estimator"], "seed": seed, "sets": sets,
                      "cell": cell(variant, seed), "logdir": logdir,
                      "episodes": train_config.train.episodes,
+                     "final_eval_episodes": config["final_eval"]["episodes"],
                      "config": train_config.to_dict()})
     return runs
 
@@ -249,6 +256,8 @@ def launch(runs, base_presets, parallel=1, say=print):
                 say(f"agents: {run['variant']} seed {run['seed']}: "
                     + (f"done in {seconds:.0f} s" if ok else
                        f"FAILED with code {process.returncode}, see {run['logdir']}/train.log"))
+                if ok:  # While the other runs go on (runs finished before: after them all).
+                    status.update(final_eval([run], say))
     finally:
         for _, process, log, _, _ in active:  # Interrupted: stop our children; rerun resumes.
             process.terminate()
@@ -288,6 +297,48 @@ def probe(runs, config, out, say=print):
             code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=_env())
         say(f"agents: probe ({weights} weights) {run['variant']} seed {run['seed']}: "
             + ("done" if code == 0 else f"FAILED ({code}), see {log_path}"))
+
+
+def eval_dir(logdir):
+    """Beside the run, not in it: ``<logdir>.eval`` (``eval.json``; ``.eval.log`` its output)."""
+    logdir = pathlib.Path(logdir)
+    return logdir.with_name(logdir.name + ".eval")
+
+
+def read_final_eval(run):
+    """The run's ``eval.json`` if it evaluated the run's current last checkpoint with the
+    grid's episodes, else None."""
+    path = eval_dir(run["logdir"]) / "eval.json"
+    if not path.is_file():
+        return None
+    report = json.loads(path.read_text())
+    current = (report["checkpoint"] == episodes_on_disk(run["logdir"])
+               and report["episodes"] == run["final_eval_episodes"])
+    return report if current else None
+
+
+def final_eval(runs, say=print):
+    """``bayes-planet eval`` of every finished run without a current ``eval.json``
+    (sequentially); returns ``{logdir: status}`` of the failures."""
+    failed = {}
+    for run in runs:
+        episodes = run["final_eval_episodes"]
+        if (not episodes or episodes_on_disk(run["logdir"]) < run["episodes"]
+                or read_final_eval(run) is not None):
+            continue
+        target = eval_dir(run["logdir"])
+        command = [sys.executable, "-m", "bayes_planet.cli", "eval", "--logdir",
+                   str(run["logdir"]), "--episodes", str(episodes), "--out", str(target)]
+        log_path = target.with_name(target.name + ".log")
+        with open(log_path, "a") as log:
+            log.write(f"$ {' '.join(command)}\n")
+            log.flush()
+            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=_env())
+        if code:
+            failed[str(run["logdir"])] = f"failed final evaluation ({code})"
+        say(f"agents: final evaluation ({episodes} episodes) {run['variant']} seed "
+            f"{run['seed']}: " + ("done" if code == 0 else f"FAILED ({code}), see {log_path}"))
+    return failed
 
 
 def archived_runs(config):
@@ -440,6 +491,11 @@ def read_run(run, config):
         if curves is not None:
             out["curves"].update({f"coverage_{k}": v for k, v in curves.items()})
             out["coverage"] = {k: v[-1][1] if v else None for k, v in curves.items()}
+    report = read_final_eval(run) if out["finished"] else None
+    steps = {r["episode"]: r["env_steps"] for r in records}
+    out["final_eval"] = None if report is None else {
+        "mean": report["mean"], "std": report["std"], "episodes": report["episodes"],
+        "returns": report["returns"], "env_steps": steps.get(report["checkpoint"])}
     out["probe"] = {}
     for weights in PROBE_WEIGHTS:
         path = probe_dir(logdir, weights) / "probe.json"
@@ -508,6 +564,8 @@ def aggregate(config, out, runs, status=None, archived=None):
         summary = {key: _stats([r[key] for r in per_run.values()])
                    for key in ("final_eval_return", "mean_eval_return", "training_seconds",
                                "launcher_seconds", "final_weight_kl", "env_steps")}
+        summary["final_eval"] = _stats([r["final_eval"]["mean"] for r in per_run.values()
+                                        if r.get("final_eval")])
         coverage = [r["coverage"] for r in per_run.values() if r["coverage"]]
         if coverage:
             summary["coverage"] = {g: _stats([c[g] for c in coverage]) for g in coverage[0]}
@@ -542,12 +600,14 @@ def summary_markdown(results):
     seeds = "; ".join(f"{t} seeds {s}" for t, s in task_seeds(c).items())
     lines = [f"{seeds}; base presets {c['base_presets']}, overrides {c['overrides']}; "
              "mean ± std over seeds", "",
-             "| variant | final eval return | mean eval return | training min | "
-             "launcher min | final weight KL | coverage |", "|---|---|---|---|---|---|---|"]
+             "| variant | final eval return | final N-episode eval | mean eval return | "
+             "training min | launcher min | final weight KL | coverage |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, v in results["variants"].items():
         s = v["summary"]
         cov = "; ".join(f"{g} {_fmt(st, digits=3)}" for g, st in s.get("coverage", {}).items())
         lines.append(f"| {name} | {_fmt(s['final_eval_return'])} | "
+                     f"{_fmt(s.get('final_eval'))} | "
                      f"{_fmt(s['mean_eval_return'])} | {_fmt(s['training_seconds'], 1 / 60)} | "
                      f"{_fmt(s['launcher_seconds'], 1 / 60)} | "
                      f"{_fmt(s['final_weight_kl'], digits=0)} | {cov or '–'} |")
@@ -597,6 +657,10 @@ def main(argv=None):
     if unknown:
         raise _config.ConfigError(f"expected probe.weights in {list(PROBE_WEIGHTS)}, "
                                   f"received {unknown}")
+    episodes = config["final_eval"]["episodes"]
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 0:
+        raise _config.ConfigError(f"Expected a non-negative integer (0: off). Received: "
+                                  f"final_eval.episodes={episodes!r}")
     if config["parallel"] < 1:
         raise _config.ConfigError(f"expected parallel >= 1, received {config['parallel']}")
     if config["coverage"]["enabled"] and len(config["tasks"]) > 1:
@@ -617,6 +681,7 @@ def main(argv=None):
         status = launch(local, config["base_presets"], config["parallel"])
         if config["probe"]["enabled"]:
             probe(local, config, out)
+        status.update(final_eval(local))
     results = aggregate(config, out, runs, status, archived)
     print((out / "summary.md").read_text())
     failed = [k for k, v in (status or {}).items() if v.startswith("failed")]

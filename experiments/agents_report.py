@@ -10,7 +10,10 @@ when some did not), each seed's value being **its last evaluation at or before t
 preset, 50k and 100k are evaluation points, and an earlier evaluation is named in the cell:
 ``eval at 45k``). Where no seed reached the step, the first such column shows each seed's
 last evaluation, marked ``last, at 70k``; later columns show '—', as do steps reached
-before any evaluation, and anchors missing for a task.
+before any evaluation, and anchors missing for a task. Where runs of a variant have a final
+evaluation (``final_eval`` of the grid), a column ``<variant> final`` follows its steps:
+the mean ± std over seeds of each run's N-episode mean at its last checkpoint
+(``n=1; 10 ep at 100k``).
 """
 
 import pathlib
@@ -89,19 +92,36 @@ def return_cells(runs, steps):
     return cells
 
 
+def final_cell(runs):
+    """The ``<variant> final`` cell: each run's final N-episode evaluation (see the module
+    docstring), '—' where no run has one."""
+    finals = [r["final_eval"] for r in runs if r.get("final_eval")]
+    if not finals:
+        return NOT_REACHED
+    episodes = sorted({f["episodes"] for f in finals})
+    at = [f["env_steps"] for f in finals if f["env_steps"] is not None]
+    note = "/".join(map(str, episodes)) + " ep" + (f" at {_span(at)}" if at else "")
+    return _cell([f["mean"] for f in finals], len(runs), note)
+
+
 def tasks_table(results, steps, anchors):
     """The tasks table (markdown) of a results dict; ``anchors`` as `read_anchors` returns."""
     variants = results["variants"].values()
     tasks = list(dict.fromkeys(v["task"] for v in variants))
     labels = list(dict.fromkeys(v["label"] for v in variants))
     steps = sorted(int(s) for s in steps)
-    header = (["task"] + [f"{label} {steps_label(s)}" for label in labels for s in steps]
+    finals = {v["label"] for v in variants if any(r.get("final_eval")
+                                                   for r in v["runs"].values())}
+    header = (["task"] + [c for label in labels for c in
+                          [f"{label} {steps_label(s)}" for s in steps]
+                          + ([f"{label} final"] if label in finals else [])]
               + [f"{m} {steps_label(s)}" for m, s in anchors["columns"]])
     lines = [f"Evaluation return (no exploration noise) at env steps (action repeat counted): "
              "mean ± std over the seeds that reached the step, each seed's last evaluation at "
              "or before it; 'last, at X': no seed reached the step, the runs' last evaluations; "
-             f"'{NOT_REACHED}': not reached (or not published). Anchors (experiments/"
-             "anchors.yaml), from states:", ""]
+             f"'{NOT_REACHED}': not reached (or not published)"
+             + ("; 'final': each run's N-episode evaluation of its last checkpoint"
+                if finals else "") + ". Anchors (experiments/anchors.yaml), from states:", ""]
     lines += [f"* {m}: {source}" for m, source in anchors["sources"].items()]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for task in tasks:
@@ -110,6 +130,8 @@ def tasks_table(results, steps, anchors):
             runs = [r for v in variants if v["task"] == task and v["label"] == label
                     for r in v["runs"].values()]
             cells += return_cells(runs, steps)
+            if label in finals:
+                cells.append(final_cell(runs))
         published = anchors["returns"].get(task, {})
         cells += [f"{published[c]:g}" if c in published else NOT_REACHED
                   for c in anchors["columns"]]

@@ -277,6 +277,10 @@ def test_debug_run_end_to_end_then_eval(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "eval over 1 episodes" in result.stdout
     assert (tmp_path / "eval" / "eval_cli_0.mp4").stat().st_size > 0
+    report = json.loads((tmp_path / "eval" / "eval.json").read_text())  # --out's summary
+    assert report["checkpoint"] == 3 and report["episodes"] == 1 and report["planning"] == []
+    assert len(report["returns"]) == 1 and report["std"] == 0.0
+    assert f"return {report['mean']:.1f} ± 0.0 ({report['returns'][0]:.1f})" in result.stdout
 
 
 @pytest.mark.parametrize("args, message", [

@@ -270,6 +270,17 @@ def test_tasks_table_rows_and_anchor_columns(report):
     assert table[1] == ["t1", "1 ± 0 (n=1)", "1 ± 0 (n=1; last, at 100)", "2 ± 0 (n=1)",
                         "2 ± 0 (n=1; last, at 100)", "5", "6"]
     assert table[2] == ["t2", "3 ± 0 (n=1; last, at 50)", "—", "—", "—", "—", "7"]
+    # Final N-episode evaluations: a "final" column for the variants that have one.
+    results["variants"]["t1/det"]["runs"][0]["final_eval"] = {
+        "mean": 4.0, "std": 1.0, "episodes": 10, "returns": [3.0, 5.0] * 5, "env_steps": 100}
+    results["variants"]["t2/det"]["runs"][0]["final_eval"] = None
+    lines = report.tasks_table(results, [100], anchors).splitlines()
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in lines
+             if line.startswith("| ")]
+    assert table[0] == ["task", "det 100", "det final", "bayes 100", "X 100", "Y 200"]
+    assert table[1][:3] == ["t1", "1 ± 0 (n=1)", "4 ± 0 (n=1; 10 ep at 100)"]
+    assert table[2][:3] == ["t2", "3 ± 0 (n=1; last, at 50)", "—"]
+    assert any("'final': each run's N-episode evaluation" in line for line in lines)
 
 
 # ---------------------------------------------------------------- end to end

@@ -192,6 +192,27 @@ def test_training_seconds_sum_resumed_segments(agents):
     assert agents.training_seconds(records) == 9.0
 
 
+def test_launch_evaluates_each_run_as_it_finishes(agents, tmp_path, monkeypatch):
+    """A run's final evaluation follows its training at once (not the whole grid's end); a
+    failed run gets none."""
+    import sys
+
+    codes = {0: 0, 1: 3, 2: 0}
+    monkeypatch.setattr(agents, "train_command", lambda run, presets: [
+        sys.executable, "-c", f"raise SystemExit({codes[run['seed']]})"])
+    events = []
+    monkeypatch.setattr(agents, "final_eval",
+                        lambda runs, say: events.append(("eval", runs[0]["seed"])) or {})
+    runs = [{"logdir": tmp_path / f"seed{s}", "variant": "v", "seed": s, "episodes": 1}
+            for s in codes]
+    status = agents.launch(runs, [], say=lambda line: events.append(
+        line.split(": ")[-1].split(" in ")[0]))  # "done in 1 s" -> "done"
+    assert events[1:] == ["started", "done", ("eval", 0), "started",
+                          "FAILED with code 3, see " + str(tmp_path / "seed1") + "/train.log",
+                          "started", "done", ("eval", 2)]
+    assert list(status.values()) == ["trained", "failed (3)", "trained"]
+
+
 # ---------------------------------------------------------------- agents: end to end
 def test_agents_debug_preset(agents, tmp_path):
     """Two tiny `bayes-planet train --preset debug` subprocesses, run side by side."""
@@ -232,6 +253,41 @@ def test_agents_debug_preset(agents, tmp_path):
     with pytest.raises(agents._config.ConfigError, match="probe.weights"):
         agents.main(["--preset", "debug", "--out", str(tmp_path), "--aggregate-only", "--set",
                      "probe.weights=[median]"])
+    _check_final_evaluations(agents, tmp_path)
+
+
+def _check_final_evaluations(agents, out):
+    """`final_eval.episodes`: `bayes-planet eval` of each finished run's last checkpoint into
+    ``<run>.eval`` beside it, in the summary and the tasks table; a rerun reuses a current
+    one, another episode count evaluates again (the same first episodes)."""
+    grid = ["--preset", "debug", "--out", str(out)]
+    results = agents.main([*grid, "--set", "final_eval.episodes=2"])
+    assert results["failed"] == []
+    for v in results["variants"].values():
+        run = v["runs"]["0"]
+        final = run["final_eval"]
+        assert final["episodes"] == 2 and len(final["returns"]) == 2
+        assert final["mean"] == pytest.approx(np.mean(final["returns"]))
+        assert final["env_steps"] == run["env_steps"] == 360  # checkpoint 3 of 3
+        assert v["summary"]["final_eval"]["n"] == 1
+    det = out / "runs" / "deterministic" / "seed0.eval" / "eval.json"
+    assert json.loads(det.read_text())["returns"] == (
+        results["variants"]["deterministic"]["runs"]["0"]["final_eval"]["returns"])
+    table = (out / "tasks_table.md").read_text()
+    assert "| deterministic 50k | deterministic 100k | deterministic final |" in table
+    assert "(n=1; 2 ep at 360)" in table
+    assert "final N-episode eval" in (out / "summary.md").read_text()
+    before, returns = det.stat().st_mtime_ns, json.loads(det.read_text())["returns"]
+    agents.main([*grid, "--set", "final_eval.episodes=2"])
+    assert det.stat().st_mtime_ns == before  # current: not evaluated again
+    more = agents.main([*grid, "--set", "final_eval.episodes=3", "--only", "deterministic"])
+    assert more["variants"]["deterministic"]["runs"]["0"]["final_eval"]["episodes"] == 3
+    assert more["variants"]["reparameterization"]["runs"]["0"]["final_eval"] is None  # stale
+    assert json.loads(det.read_text())["returns"][:2] == returns  # seeded by episode index
+    with pytest.raises(agents._config.ConfigError,
+                       match=r"^Expected a non-negative integer \(0: off\)\. Received: "
+                             r"final_eval\.episodes=-1$"):
+        agents.main([*grid, "--aggregate-only", "--set", "final_eval.episodes=-1"])
 
 
 def _check_merge_of_archived_runs(agents, archive, variants, out):
