@@ -455,8 +455,8 @@ def test_every_preset_validates_alone_and_after_cpu():
             assert config_lib.validate(config_lib.load(presets)), presets
     c = config_lib.validate(config_lib.load(["cpu", "value", "proprio"]))
     assert (c.obs_type, c.model.obs_stddev, c.model.normalize_obs, c.train.updates_per_episode,
-            c.train.episodes, c.value.enabled, c.planner.horizon) == (
-                "state", 0.1, True, 100, 100, True, 5)
+            c.train.episodes, c.value.enabled, c.planner.horizon, c.planner.cem.candidates,
+            c.planner.cem.iterations) == ("state", 0.1, True, 100, 100, True, 5, 200, 2)
     assert config_lib.load(["paper"]) == config_lib.load([])  # PlaNet's sizes are the defaults
 
 
