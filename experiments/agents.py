@@ -307,13 +307,13 @@ def eval_dir(logdir):
 
 def read_final_eval(run):
     """The run's ``eval.json`` if it evaluated the run's current last checkpoint with the
-    grid's episodes, else None."""
+    grid's episodes and the run's own planner (no ``--set``), else None."""
     path = eval_dir(run["logdir"]) / "eval.json"
     if not path.is_file():
         return None
     report = json.loads(path.read_text())
     current = (report["checkpoint"] == episodes_on_disk(run["logdir"])
-               and report["episodes"] == run["final_eval_episodes"])
+               and report["episodes"] == run["final_eval_episodes"] and not report["planning"])
     return report if current else None
 
 

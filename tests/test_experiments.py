@@ -284,6 +284,10 @@ def _check_final_evaluations(agents, out):
     assert more["variants"]["deterministic"]["runs"]["0"]["final_eval"]["episodes"] == 3
     assert more["variants"]["reparameterization"]["runs"]["0"]["final_eval"] is None  # stale
     assert json.loads(det.read_text())["returns"][:2] == returns  # seeded by episode index
+    replanned = dict(json.loads(det.read_text()), planning=["planner.cem.candidates=200"])
+    det.write_text(json.dumps(replanned))  # e.g. a hand-run `eval --set ... --out` there
+    again = agents.main([*grid, "--aggregate-only", "--set", "final_eval.episodes=3"])
+    assert again["variants"]["deterministic"]["runs"]["0"]["final_eval"] is None
     with pytest.raises(agents._config.ConfigError,
                        match=r"^Expected a non-negative integer \(0: off\)\. Received: "
                              r"final_eval\.episodes=-1$"):
