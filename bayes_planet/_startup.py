@@ -19,7 +19,10 @@ import re
 import sys
 import threading
 
-__all__ = ["BENIGN", "filtered_stderr", "quiet_import"]
+__all__ = ["AGENT_STACK", "BENIGN", "filtered_stderr", "quiet_import"]
+
+# What the agent imports that prints such lines: TensorFlow, and gym (through TF-Agents).
+AGENT_STACK = ("tensorflow", "gym")
 
 # Each pattern matches one line; keep them specific (a line that merely mentions CUDA stays).
 BENIGN = tuple(re.compile(p) for p in (

@@ -23,7 +23,6 @@ __all__ = ["main"]
 
 # Each command first imports TensorFlow (and gym, which TF-Agents imports) without their
 # start-up lines that are not errors (`_startup`); `train` checks its config before that.
-_AGENT_STACK = ("tensorflow", "gym")
 
 
 def _demo(args):
@@ -43,7 +42,7 @@ def _train(args):
         overrides.insert(0, f"task={args.task}")
     config = config_lib.load(presets, overrides)  # Fails fast, before TensorFlow loads.
     config_lib.validate(config)
-    _startup.quiet_import(*_AGENT_STACK)
+    _startup.quiet_import(*_startup.AGENT_STACK)
     from bayes_planet.training import Trainer
 
     trainer = Trainer(config, args.logdir)
@@ -54,7 +53,7 @@ def _train(args):
 
 
 def _eval(args):
-    _startup.quiet_import(*_AGENT_STACK)
+    _startup.quiet_import(*_startup.AGENT_STACK)
     import numpy as np
 
     from bayes_planet import envs
@@ -93,7 +92,7 @@ def _eval(args):
 
 
 def _probe(args):
-    _startup.quiet_import(*_AGENT_STACK)
+    _startup.quiet_import(*_startup.AGENT_STACK)
     from bayes_planet import probes
 
     horizons = [int(h) for h in args.horizons.split(",") if h.strip()]

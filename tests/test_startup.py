@@ -1,11 +1,17 @@
 """A quiet start (issue #29): the CLI prints none of TensorFlow's CUDA-registration lines or
 gym's banner on a machine without a GPU, while genuine errors and warnings still show."""
 
+import importlib.util
 import os
+import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from bayes_planet import _startup
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 NOISE = ("Unable to register cuDNN factory", "Unable to register cuFFT factory",
          "Unable to register cuBLAS factory", "Could not find TensorRT",
@@ -34,6 +40,20 @@ def test_train_prints_no_start_up_noise(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.startswith("done: 2 episodes"), result.stdout
     assert result.stderr == "", result.stderr  # Nothing but the CLI's own output.
+
+
+@pytest.mark.parametrize("benchmark,needs", [("layer_overhead", None),
+                                              ("planning", "tf_agents")])
+def test_benchmarks_print_no_start_up_noise(benchmark, needs):
+    """``python -m benchmarks.<name>`` imports TensorFlow at its modules' top: the package
+    imports it first through the public hook (`bayes_planet.quiet_import`)."""
+    if needs and importlib.util.find_spec(needs) is None:
+        pytest.skip(f"{benchmark} needs {needs} (the agent stack)")
+    result = subprocess.run([sys.executable, "-m", f"benchmarks.{benchmark}", "--help"],
+                            capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("usage:"), result.stdout[:500]
+    assert result.stderr == "", result.stderr
 
 
 def test_genuine_tensorflow_warnings_and_errors_still_reach_the_user():
