@@ -6,6 +6,7 @@ two for any task from states).
     python experiments/plateau.py actor    --logdir RUN [--episodes 10]
     python experiments/plateau.py model    --logdir RUN [--episodes 5]     # any state task
     python experiments/plateau.py novelty  --logdir RUN [--episodes 10]    # any state task
+    python experiments/plateau.py value    --logdir RUN [--episodes 20]    # any state task
 
 * ``openloop``: the world model's open-loop error against horizon, from windows of the run's
   last replay episodes (``context`` observed steps, then the prior rolled forward with the
@@ -31,6 +32,15 @@ two for any task from states).
   weight noise: the disagreement `ValueModel.disagreement` along 15-step imagined rollouts of
   the policy from every 5th posterior state of the last episodes (mean, 90th percentile, max)
   beside the imagined rewards per decision.
+
+* ``value``: does a value-aware run's critic guide the planner where its horizon sees no
+  reward? On the run's last replay episodes, the critic V of the filtered states against the
+  discounted return-to-go G_t = Σ_k γ^k r_(t+1+k) (bootstrapped with V at the episode's last
+  state); "blind" states are those whose next ``planner.horizon`` rewards were all 0, where
+  the planned return is V alone. Where the observation has reacher's ``to_target`` (the
+  finger-to-target vector), also the rank correlation of V with minus the distance to the
+  target over each episode's blind states (and of G, for reference): near 1, V points the
+  planner at the target.
 
 openloop, scores, actor: cartpole only (its observation is (x, cos θ, sin θ, ẋ, θ̇)). Reads
 the run, writes nothing. RESULTS §7k, §7m.
@@ -206,9 +216,76 @@ def novelty_scale(agent, episodes, horizon=15, every=5):
           f"  (imagined reward per decision: mean {v[:, 3].mean():.3f})")
 
 
+def _ranks(x):
+    return np.argsort(np.argsort(x)).astype(np.float64)
+
+
+def return_to_go(rewards, values, discount):
+    """``G_t = Σ_k γ^k r[t+1+k]`` over the episode's rest, bootstrapped with ``γ^(T-t) V[T]``
+    (the episode ends by its time limit, not in a terminal state); ``rewards[t]`` is the
+    reward on arriving at step t (the replay's convention)."""
+    g = np.empty(len(values), np.float64)
+    g[-1] = values[-1]
+    for t in range(len(values) - 2, -1, -1):
+        g[t] = rewards[t + 1] + discount * g[t + 1]
+    return g
+
+
+def blind_states(rewards, horizon):
+    """Whether each step's next ``horizon`` rewards (``rewards[t+1 .. t+horizon]``) are all
+    zero; the last ``horizon`` steps, whose window runs past the episode, are not."""
+    rewards = np.asarray(rewards)
+    blind = np.zeros(len(rewards), bool)
+    for t in range(len(rewards) - horizon):
+        blind[t] = not np.any(rewards[t + 1:t + 1 + horizon])
+    return blind
+
+
+def _correlation(x, y):
+    return f"{np.corrcoef(x, y)[0, 1]:.3f}" if len(x) > 2 else "-"
+
+
+def value_landscape(agent, episodes):
+    wm, vm, config = agent.model, agent.value, agent.config
+    if vm is None:
+        raise SystemExit("value: the run has no value model (value.enabled: false)")
+    horizon, gamma = config.planner.horizon, vm.discount
+    env = envs.make(config.task, obs_type="state", action_repeat=config.env.action_repeat)
+    to_target = env.state_slices.get("to_target")
+    env.close()
+    values, returns, blind, ranks, rows = [], [], [], [], []
+    for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
+        obs, _, post = _filtered(wm, episode, i)
+        v = vm.value(post).numpy()[0].astype(np.float64)
+        r = np.asarray(episode["reward"], np.float64)
+        g, b = return_to_go(r, v, gamma), blind_states(r, horizon)
+        values.append(v), returns.append(g), blind.append(b)
+        if to_target is not None and b.sum() >= 10:
+            d = np.linalg.norm(obs[b][:, to_target], axis=-1)
+            ranks.append([np.corrcoef(_ranks(x[b]), _ranks(-d))[0, 1] for x in (v, g)])
+        rows.append((r.sum(), b.mean()))
+    v, g, b = (np.concatenate(x) for x in (values, returns, blind))
+    print(f"critic V vs discounted return-to-go G (γ = {gamma}), {len(rows)} replay episodes "
+          f"(returns {', '.join(f'{x:.0f}' for x, _ in rows)}):")
+    for name, where in (("all states", np.ones_like(b)), ("blind states", b)):
+        means = (f"V mean {v[where].mean():.2f} (G mean {g[where].mean():.2f})" if where.any()
+                 else "")
+        print(f"  {name:12s} {where.sum():6d}  correlation {_correlation(v[where], g[where])}  "
+              f"{means}")
+    print(f"  blind: the next {horizon} rewards all 0 (the planner's horizon); fraction per "
+          f"episode {np.mean([f for _, f in rows]):.2f}")
+    if to_target is not None:
+        r = np.array(ranks).reshape(-1, 2)
+        for name, column in (("V", 0), ("G (the behaviour's return)", 1)):
+            print(f"  {name} vs minus the distance to the target over blind states, {len(r)} "
+                  f"episodes: rank correlation mean {np.mean(r[:, column]) if len(r) else 0:.3f} "
+                  f"[{', '.join(f'{x:.2f}' for x in r[:, column])}]")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("measure", choices=("openloop", "scores", "actor", "model", "novelty"))
+    parser.add_argument("measure", choices=("openloop", "scores", "actor", "model", "novelty",
+                                                       "value"))
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--episodes", type=int, default=None)
     parser.add_argument("--latent", default="sample", choices=("sample", "shared", "mean"))
@@ -221,6 +298,8 @@ def main(argv=None):
         return model_errors(agent, args.episodes or 5)
     if args.measure == "novelty":
         return novelty_scale(agent, args.episodes or 10)
+    if args.measure == "value":
+        return value_landscape(agent, args.episodes or 20)
     if agent.config.task.split("-")[0] != "cartpole":
         raise SystemExit(f"plateau: cartpole from states only. Received: task={agent.config.task}"
                          f", obs_type={agent.config.obs_type}")

@@ -125,6 +125,20 @@ def test_state_specs_and_render_in_state_mode():
     env.close()
 
 
+def test_state_slices_locate_each_observation_component():
+    env = envs.make("reacher-easy", obs_type="state", seed=3, episode_length=SHORT)
+    slices = env.state_slices
+    assert list(slices) == list(env.state_keys) == ["position", "to_target", "velocity"]
+    assert slices["to_target"] == slice(2, 4) and slices["velocity"] == slice(4, 6)
+    state = env.reset()["state"]
+    # to_target is the target's position minus the finger's (the suite's definition).
+    physics = env._env.physics
+    expected = (physics.named.data.geom_xpos["target", :2]
+                - physics.named.data.geom_xpos["finger", :2])
+    np.testing.assert_allclose(state[slices["to_target"]], expected, atol=1e-6)
+    env.close()
+
+
 # ------------------------------------------------------------------------------------------------
 # Dynamics: action repeat, episode length, determinism, true state, bad input.
 

@@ -349,13 +349,30 @@ def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
                            (["scores", "--latent", "shared"], "other    random"),
                            (["actor", "--episodes", "1"], "actor alone, 1 episodes"),
                            (["model", "--episodes", "2"], "open loop, 5 decisions after 5"),
-                           (["novelty", "--episodes", "2"], "disagreement d over 15-step")):
+                           (["novelty", "--episodes", "2"], "disagreement d over 15-step"),
+                           (["value", "--episodes", "2"], "blind states")):
         plateau.main(argv + ["--logdir", str(logdir)])
         out = capsys.readouterr().out
         assert expected in out, (argv, out)
         assert "nan" not in out.replace("states", ""), (argv, out)
     with pytest.raises(SystemExit, match="openloop: --latent sample or mean"):
         plateau.main(["openloop", "--latent", "shared", "--logdir", str(logdir)])
+
+
+def test_plateau_value_return_to_go_and_blind_states_against_brute_force():
+    plateau = _load("plateau")
+    rng = np.random.default_rng(0)
+    rewards = np.where(rng.uniform(size=40) < 0.3, rng.uniform(size=40), 0.0)
+    rewards[0] = 0.0  # (the replay's convention: no reward on arriving at step 0)
+    values, gamma = rng.normal(size=40), 0.9
+    g = plateau.return_to_go(rewards, values, gamma)
+    for t in range(40):
+        expected = sum(gamma ** k * rewards[t + 1 + k] for k in range(39 - t))
+        assert g[t] == pytest.approx(expected + gamma ** (39 - t) * values[-1], rel=1e-12)
+    blind = plateau.blind_states(rewards, 3)
+    for t in range(40):
+        assert blind[t] == (t + 3 < 40 and not rewards[t + 1:t + 4].any()), t
+    assert blind.any() and not blind.all()
 
 
 # ---------------------------------------------------------------- config errors on the command line

@@ -293,6 +293,16 @@ class DMCEnv:
         """Names of the task's observation components, in the order used by ``'state'``."""
         return tuple(self._state_specs)
 
+    @property
+    def state_slices(self):
+        """``{name: slice}``: where each observation component lies in ``'state'`` (e.g.
+        reacher's ``to_target``, the finger-to-target vector, is ``slice(2, 4)``)."""
+        slices, start = {}, 0
+        for key, spec in self._state_specs.items():
+            size = int(np.prod(spec.shape))
+            slices[key], start = slice(start, start + size), start + size
+        return slices
+
     # --------------------------------------------------------------------------------------------
     # Episode API.
 
