@@ -46,17 +46,20 @@ openloop, scores, actor: cartpole only (its observation is (x, cos θ, sin θ, �
 the run, writes nothing. RESULTS §7k, §7m.
 """
 
-import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
+import bayes_planet  # isort: skip  (TensorFlow and gym imported quietly, before anything else)
 
-import argparse
+bayes_planet.quiet_import(*bayes_planet.AGENT_STACK)
 
-import numpy as np
-import tensorflow as tf
+import argparse  # noqa: E402
 
-from bayes_planet import config as config_lib
-from bayes_planet import envs, seeds
-from bayes_planet.agent import Agent
-from bayes_planet.policy import candidate_scores
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from bayes_planet import config as config_lib  # noqa: E402
+from bayes_planet import envs, seeds  # noqa: E402
+from bayes_planet.agent import Agent  # noqa: E402
+from bayes_planet.policy import candidate_scores  # noqa: E402
+from bayes_planet.run import RunError  # noqa: E402
 
 GROUPS = ("balance", "up_fast", "other")
 
@@ -290,7 +293,10 @@ def main(argv=None):
     parser.add_argument("--episodes", type=int, default=None)
     parser.add_argument("--latent", default="sample", choices=("sample", "shared", "mean"))
     args = parser.parse_args(argv)
-    agent = Agent(args.logdir, read_only=True)
+    try:
+        agent = Agent(args.logdir, read_only=True)
+    except RunError as e:
+        raise SystemExit(f"plateau: {e}") from None
     if agent.config.obs_type != "state":
         raise SystemExit(f"plateau: state observations only. Received: obs_type="
                          f"{agent.config.obs_type}")

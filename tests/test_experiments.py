@@ -357,6 +357,8 @@ def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
         assert "nan" not in out.replace("states", ""), (argv, out)
     with pytest.raises(SystemExit, match="openloop: --latent sample or mean"):
         plateau.main(["openloop", "--latent", "shared", "--logdir", str(logdir)])
+    with pytest.raises(SystemExit, match=r"^plateau: no run in .*missing \(not a directory\)$"):
+        plateau.main(["value", "--logdir", str(tmp_path / "missing")])
 
 
 def test_plateau_value_return_to_go_and_blind_states_against_brute_force():
