@@ -125,6 +125,19 @@ def test_state_specs_and_render_in_state_mode():
     env.close()
 
 
+def test_loading_a_suite_task_logs_no_notice_about_the_suite_model(caplog):
+    """cheetah.xml's deprecated ``settotalmass`` is not the user's problem: no log line (it
+    was "WARNING:absl:compiler attribute 'settotalmass' is deprecated ..." per env); other
+    absl warnings still pass."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        envs.make("cheetah-run", obs_type="state", episode_length=SHORT).close()
+        logging.getLogger("absl").warning("a genuine warning")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["a genuine warning"], messages
+
+
 def test_state_slices_locate_each_observation_component():
     env = envs.make("reacher-easy", obs_type="state", seed=3, episode_length=SHORT)
     slices = env.state_slices
