@@ -288,7 +288,7 @@ def value_landscape(agent, episodes):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("measure", choices=("openloop", "scores", "actor", "model", "novelty",
-                                                       "value"))
+                                            "value"))
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--episodes", type=int, default=None)
     parser.add_argument("--latent", default="sample", choices=("sample", "shared", "mean"))
