@@ -145,7 +145,7 @@ def test_state_slices_locate_each_observation_component():
     assert slices["to_target"] == slice(2, 4) and slices["velocity"] == slice(4, 6)
     state = env.reset()["state"]
     # to_target is the target's position minus the finger's (the suite's definition).
-    physics = env._env.physics
+    physics = env.physics
     expected = (physics.named.data.geom_xpos["target", :2]
                 - physics.named.data.geom_xpos["finger", :2])
     np.testing.assert_allclose(state[slices["to_target"]], expected, atol=1e-6)
