@@ -112,6 +112,8 @@ def upgrade(data):
       without the key gets the default (read by ensemble estimators only).
     * before ``value.replay_weight`` existed, the critic learned from imagined rollouts only:
       a value section without the key gets ``replay_weight: 0.0``.
+    * before ``value.replay_loss`` existed, the replay target was regressed onto: a value
+      section without the key gets ``replay_loss: squared``.
     * before ``value.ensemble_starts`` existed, every member of an ensemble transition
       imagined from every start state: a value section without the key gets ``all``.
     * before ``value.latent`` existed, the imagined rollouts drew their latents: a value
@@ -153,6 +155,8 @@ def upgrade(data):
         model["factor_posterior"], model["factor_prior"] = _OLD_RANK1_FACTORS
     if isinstance(data.get("value"), dict) and "replay_weight" not in data["value"]:
         data["value"]["replay_weight"] = 0.0
+    if isinstance(data.get("value"), dict) and "replay_loss" not in data["value"]:
+        data["value"]["replay_loss"] = "squared"
     if isinstance(data.get("value"), dict) and "ensemble_starts" not in data["value"]:
         data["value"]["ensemble_starts"] = "all"
     if isinstance(data.get("value"), dict) and "latent" not in data["value"]:
@@ -220,6 +224,7 @@ _CHOICES = {
     "value.ensemble_starts": ("all", "split"),
     "planner.latent": PLANNER_LATENT,
     "value.latent": ("sample", "mean"),
+    "value.replay_loss": ("squared", "self_imitation"),
 }
 
 

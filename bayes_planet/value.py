@@ -29,7 +29,9 @@ policy. `ValueModel` learns both in the RSSM's latent space, Dreamer-style (Hafn
 * the critic regresses ``V(s_t)`` onto ``R_t`` (squared error, ``t < H``) and, with
   ``value.replay_weight > 0``, also every posterior state ``s_t`` of the replay chunk onto the
   λ-return of the chunk's **real** rewards, bootstrapped with ``V'`` of its later posterior
-  states (``replay_weight`` times that squared error; TD-MPC learns its value from replayed
+  states (``replay_weight`` times that squared error, or with ``value.replay_loss:
+  self_imitation`` only its part where the return exceeds ``V``: ``½ max(R − V(s), 0)²``,
+  Oh et al., 2018, "Self-Imitation Learning"; TD-MPC learns its value from replayed
   rewards only — the imagined targets inherit the learned reward's and transition's errors,
   the replayed ones are the returns of the behaviour, i.e. planner, policy); the policy
   maximizes ``R_t`` by backpropagating through the learned transition and reward (Dreamer's
@@ -288,8 +290,10 @@ class ValueModel(tf.Module):
         with tf.GradientTape() as tape:
             critic_loss = 0.5 * tf.reduce_mean(tf.square(self.value(inputs) - targets))
             if replay:
-                replay_loss = 0.5 * tf.reduce_mean(
-                    tf.square(self.value(replay_inputs) - replay_targets))
+                replay_error = replay_targets - self.value(replay_inputs)
+                if v.replay_loss == "self_imitation":  # Only where the real return is higher.
+                    replay_error = tf.nn.relu(replay_error)
+                replay_loss = 0.5 * tf.reduce_mean(tf.square(replay_error))
                 critic_loss += v.replay_weight * replay_loss
         critic_grads = tape.gradient(critic_loss, critic_vars)
         critic_grads, critic_norm = tf.clip_by_global_norm(critic_grads, v.grad_clip)

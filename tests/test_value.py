@@ -395,18 +395,27 @@ def test_replay_returns_are_the_lambda_returns_of_the_real_rewards(estimator):
         np.testing.assert_allclose(got[row], want, rtol=1e-5, atol=1e-5)
 
 
-def test_replay_weight_adds_the_replay_squared_error_to_the_critic_loss():
-    """Same models, seeds and batch: critic loss(w) − critic loss(0) = w · ½ mean((V(s_t) −
-    R_t)²) over the replayed states (the loss is computed before the update)."""
+@pytest.mark.parametrize("loss", ["squared", "self_imitation"])
+def test_replay_weight_adds_the_replay_error_to_the_critic_loss(loss):
+    """Same models, seeds and batch: critic loss(w) − critic loss(0) = w · ½ mean(e²) over the
+    replayed states, e = R_t − V(s_t) (``squared``) or max(R_t − V(s_t), 0)
+    (``self_imitation``); the loss is computed before the update."""
     batch = _batch(np.random.default_rng(4))
+    batch["reward"] -= 0.5  # Returns of both signs around the untrained critic's V ≈ 0.
     losses = {}
     for w in (0.0, 2.5):
-        _, world_model, value_model = _models([f"value.replay_weight={w}"])
+        _, world_model, value_model = _models([f"value.replay_weight={w}",
+                                               f"value.replay_loss={loss}"])
         post = _posterior(world_model, batch)
         if w:
             targets = value_model.replay_returns(post, batch["reward"])
             inputs = {k: v[:, :-1] for k, v in post.items()}
-            replay = 0.5 * np.mean((value_model.value(inputs).numpy() - targets.numpy()) ** 2)
+            error = targets.numpy() - value_model.value(inputs).numpy()
+            if loss == "self_imitation":
+                # Both signs occur, so the one-sided loss differs from the squared one.
+                assert (error > 0).any() and (error < 0).any()
+                error = np.maximum(error, 0.0)
+            replay = 0.5 * np.mean(error ** 2)
         losses[w] = value_model.train_step(post, tf.constant([1, 2]), batch["reward"])
     assert "replay_value" not in losses[0.0] and "replay_value" in losses[2.5]
     np.testing.assert_allclose(losses[2.5]["critic_loss"] - losses[0.0]["critic_loss"],
@@ -423,6 +432,10 @@ def test_replay_weight_is_checked_and_older_configs_get_zero():
     data = config_lib.load(["debug", "value"]).to_dict()
     del data["value"]["replay_weight"]
     assert config_lib.upgrade(data)["value"]["replay_weight"] == 0.0
+    with pytest.raises(config_lib.ConfigError, match=r"value.replay_loss='huber'"):
+        config_lib.validate(config_lib.load(["debug"], ["value.replay_loss=huber"]))
+    del data["value"]["replay_loss"]
+    assert config_lib.upgrade(data)["value"]["replay_loss"] == "squared"
 
 
 # -- which start states an ensemble's members imagine from (value.ensemble_starts) -------------
