@@ -94,7 +94,7 @@ class _Faces:
             self.tf_agents.reset()
             step = self.tf_agents.step
         else:
-            from bayes_planet._keras import tf
+            import tensorflow as tf
 
             self.tf_env.reset()
             actions = [tf.constant(action[None]) for action in actions]

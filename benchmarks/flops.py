@@ -8,7 +8,7 @@ backward matmuls per layer); element-wise work is not counted, so the achieved
 rates are lower bounds.
 """
 
-from bayes_planet._keras import keras
+from bayes_planet.layers import keras
 
 __all__ = ["imagine_step_flops", "plan_flops", "train_step_flops"]
 

@@ -24,7 +24,7 @@ import tensorflow as tf  # noqa: E402
 import tensorflow_probability as tfp  # noqa: E402
 
 import bayes_planet.layers as bl  # noqa: E402
-from bayes_planet._keras import keras  # noqa: E402
+from bayes_planet.layers import keras  # noqa: E402
 from bayes_planet.layers.noise import standard_normal  # noqa: E402
 
 OPTIMIZERS = {"sgd": lambda: keras.optimizers.SGD(1e-3), "adam": lambda: keras.optimizers.Adam(1e-3)}

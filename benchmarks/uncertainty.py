@@ -182,8 +182,9 @@ def mixture_moments(means, scales):
 
 def evaluate(family, dataset, model_name, seed, config):
     """Trains one model on one task and seed; returns (metrics, arrays for the plots)."""
-    from bayes_planet._keras import keras, tf
-    from bayes_planet.layers import set_dataset_size
+    import tensorflow as tf
+
+    from bayes_planet.layers import keras, set_dataset_size
 
     data = load_data(family, dataset, seed, config["datasets"])
     if config["recalibration"]:

@@ -59,8 +59,8 @@ def keras_for(model):
     """The Keras module ``model``'s network is built and fit with: tfp.layers are Keras 2
     layers, so beside Keras 3 (TF >= 2.16) the ``tfp_*`` rows use tf-keras (a dependency of
     the layers there), as a Keras 3 user of tfp.layers must; every other row, the process's
-    Keras (`bayes_planet._keras`)."""
-    from bayes_planet._keras import KERAS3, keras
+    Keras (`bayes_planet.layers.keras`)."""
+    from bayes_planet.layers import KERAS3, keras
 
     if model in TFP_MODELS and KERAS3:
         import tf_keras
@@ -317,7 +317,7 @@ def fit(model, data, fcfg, regression, *, name, seed):
 
 def warm_up():
     """One tiny fit, so that the process's first-fit costs land on no timed model."""
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
 
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.Adam(), loss="mse")
@@ -326,8 +326,9 @@ def warm_up():
 
 def _members_fn(model):
     """``x -> [K, b, ...]``: the ``K`` members (or MC draws) of one forward pass."""
+    import tensorflow as tf
+
     import bayes_planet.layers as bl
-    from bayes_planet._keras import tf
 
     if isinstance(model, bl.DeepEnsemble):
         return lambda x: tf.stack([m(x, training=False) for m in model.members])
@@ -344,7 +345,7 @@ def sample_outputs(model, name, inputs, samples):
     mixture is the predictive (module docstring): ``samples`` stochastic passes, one pass
     of a deterministic model, an ensemble's members (rank-1: ``round(samples / E)``
     passes of its ``E`` members)."""
-    from bayes_planet._keras import tf
+    import tensorflow as tf
 
     training = name == "variational_dropout"  # at inference it uses its pruned means
     call = _members_fn(model) or (lambda x: model(x, training=training)[None])

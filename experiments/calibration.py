@@ -110,8 +110,7 @@ MODELS = layer_registry.estimators("dense")
 
 def build_mlp(kind, input_dim, hidden, outputs, seed, dataset_size):
     """``input → [Dense(h, relu)]* → Dense(outputs)`` with ``kind``'s layer class."""
-    from bayes_planet._keras import keras
-    from bayes_planet.layers import set_dataset_size
+    from bayes_planet.layers import keras, set_dataset_size
 
     cls = layer_registry.get("dense", kind)
     seeded = (lambda i: {}) if kind == "deterministic" else (lambda i: {"seed": seed * 1000 + i})
@@ -133,7 +132,7 @@ def mc_outputs(model, kind, inputs, samples):
 
 
 def _fit(model, data, cfg, loss):
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
 
     model.compile(optimizer=keras.optimizers.Adam(cfg["learning_rate"]), loss=loss)
     start = time.perf_counter()
@@ -144,7 +143,9 @@ def _fit(model, data, cfg, loss):
 
 def run_digits(kind, seed, cfg, config):
     """Trains one classifier; returns (metrics, pooled arrays for the plots)."""
-    from bayes_planet._keras import keras, tf
+    import tensorflow as tf
+
+    from bayes_planet.layers import keras
 
     data = load_digits_data(cfg, seed)
     keras.utils.set_random_seed(seed)
@@ -178,7 +179,7 @@ def run_diabetes(kind, seed, cfg, config):
     """Trains one regressor; returns its metrics in the target's original units."""
     from scipy.special import logsumexp
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
 
     data = load_diabetes_data(cfg, seed)
     keras.utils.set_random_seed(seed)

@@ -72,7 +72,7 @@ def _train(loss_fn, variables_fn, data, cfg, seed):
     the loss history."""
     import tensorflow as tf
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
 
     # Cosine decay to zero: the final parameters are not those of one noisy late step.
     rate = keras.optimizers.schedules.CosineDecay(cfg["learning_rate"], cfg["steps"])
@@ -143,7 +143,7 @@ def run_vae(cfg, seed, out_dir):
     import tensorflow as tf
     import tensorflow_probability as tfp
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.outputs import Bernoulli, Categorical, Normal
 
     train, test = _digits(cfg["test_fraction"], seed)
@@ -199,7 +199,7 @@ def run_realnvp(cfg, seed, out_dir):
     import tensorflow_probability as tfp
     from sklearn.datasets import make_moons
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.flows import ActNorm, RealNVP
     from bayes_planet.layers.random_variable import RandomVariable
 
@@ -269,7 +269,7 @@ def run_vqvae(cfg, seed, out_dir):
     del out_dir
     import tensorflow as tf
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.outputs import Bernoulli
     from bayes_planet.layers.vq import VectorQuantizer, codebook_usage
 
@@ -324,7 +324,7 @@ def run_pixelcnn_mixture(cfg, seed, out_dir):
     del out_dir
     import tensorflow as tf
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.flows import MADE
     from bayes_planet.layers.outputs import Discretize, MixtureLogistic
 
@@ -353,7 +353,7 @@ def build_image_transformer(cfg, seed, levels=17):
     (levels ``0..levels-1``; pixel ``i`` conditioned on pixels ``< i`` only)."""
     import tensorflow as tf
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.outputs import Discretize, MixtureLogistic
     from bayes_planet.layers.transformer import build_transformer
 

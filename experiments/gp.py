@@ -72,7 +72,7 @@ def _load_diabetes(test_fraction, seed):
 def _fit_exact_gp(cfg, seed, x, y, x_test):
     import tensorflow as tf
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.gaussian_process import GaussianProcess
     from bayes_planet.layers.kernels import ExponentiatedQuadratic
 
@@ -101,7 +101,7 @@ def _fit_exact_gp(cfg, seed, x, y, x_test):
 
 
 def _build_deep_gp(cfg, seed, input_dim, num_layers, dataset_size):
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.gaussian_process import (
         SparseGaussianProcess,
         TrainableMultivariateNormal,
@@ -129,7 +129,7 @@ def _fit_deep_gp(cfg, seed, x, y, x_test, num_layers):
     import tensorflow as tf
     from sklearn.cluster import KMeans
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.kernels import LinearMean, inverse_softplus
 
     model = _build_deep_gp(cfg, seed, x.shape[1], num_layers, len(x))
@@ -218,7 +218,7 @@ def run_cox_process(cfg, seed, out_dir):
     """Paper Fig. 8: GP-prior model program + sparse-GP posterior program."""
     import tensorflow as tf
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.gaussian_process import GaussianProcess, SparseGaussianProcess
     from bayes_planet.layers.kernels import ConstantMean, ExponentiatedQuadratic
     from bayes_planet.layers.point_process import PoissonProcess

@@ -42,8 +42,7 @@ def build_resnet(bayesian, filters, blocks_per_stage, num_classes=10, seed=0):
 
     Returns a functional `keras.Model` from images to logits.
     """
-    from bayes_planet._keras import keras
-    from bayes_planet.layers import Conv2DReparameterization
+    from bayes_planet.layers import Conv2DReparameterization, keras
 
     Conv2D = Conv2DReparameterization if bayesian else keras.layers.Conv2D  # noqa: N806
     count = iter(range(10**6))
@@ -84,9 +83,8 @@ def _predictive_samples(model, x, samples):
 def run_resnet(cfg, seed, out_dir):
     """Trains the deterministic and the Bayesian ResNet; held-out accuracy, NLL, ECE."""
     del out_dir
-    from bayes_planet._keras import keras
     from bayes_planet.demo import load_digits_split
-    from bayes_planet.layers import set_dataset_size
+    from bayes_planet.layers import keras, set_dataset_size
     from bayes_planet.uncertainty_metrics import classification_metrics
 
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed, cfg["test_fraction"])

@@ -113,7 +113,7 @@ def run_lstm(cfg, seed):
     import tensorflow as tf
 
     from bayes_planet import layer_registry
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
 
     rng = np.random.default_rng(seed)
     x_train, y_train = lstm_data(cfg, cfg["num_train"], rng)
@@ -184,7 +184,7 @@ TRANSFORMER_MODELS = {  # name: (attention, feed_forward, use baseline_dropout)
 def run_transformer(cfg, seed):
     import tensorflow as tf
 
-    from bayes_planet._keras import keras
+    from bayes_planet.layers import keras
     from bayes_planet.layers.regularizers import set_dataset_size
     from bayes_planet.layers.transformer import build_transformer
 

@@ -25,9 +25,11 @@ _WHICH_KERAS = """
     import json, os
     env_before = os.environ.get("TF_USE_LEGACY_KERAS")
     import bayes_planet.layers as bl
-    from bayes_planet._keras import KERAS3, keras
+    from bayes_planet.layers import KERAS3, keras  # the public names of the chosen Keras
+    import bayes_planet._keras as chosen
     import tensorflow as tf
-    print(json.dumps({"env_before": env_before, "env": os.environ.get("TF_USE_LEGACY_KERAS"),
+    print(json.dumps({"public": keras is chosen.keras and KERAS3 is chosen.KERAS3,
+                      "env_before": env_before, "env": os.environ.get("TF_USE_LEGACY_KERAS"),
                       "tf_keras": tf.keras.layers.Dense.__module__.split(".")[0],
                       "ours_is_tf_keras": keras.layers.Dense is tf.keras.layers.Dense,
                       "subclass": issubclass(bl.DenseFlipout, tf.keras.layers.Dense),
@@ -39,7 +41,8 @@ _WHICH_KERAS = """
 def test_importing_bayes_planet_keeps_the_process_keras(legacy):
     """In a fresh process, importing the library leaves TF_USE_LEGACY_KERAS as it was, so
     ``tf.keras`` is what TensorFlow makes of the process's own setting (Keras 3 on TF >= 2.16,
-    tf-keras where the process opted in, Keras 2 on TF 2.15), and the layers subclass it."""
+    tf-keras where the process opted in, Keras 2 on TF 2.15), the layers subclass it, and
+    ``bayes_planet.layers.keras``/``KERAS3`` name it for scripts and users."""
     if legacy and TF_VERSION < (2, 16):
         pytest.skip("TF_USE_LEGACY_KERAS selects tf-keras only on TF >= 2.16 (TF 2.15 has "
                     "Keras 2 as tf.keras and no tf-keras)")
@@ -48,7 +51,7 @@ def test_importing_bayes_planet_keeps_the_process_keras(legacy):
         env["TF_USE_LEGACY_KERAS"] = legacy
     got = run_python(_WHICH_KERAS, env)
     assert got["env_before"] == got["env"] == legacy
-    assert got["ours_is_tf_keras"] and got["subclass"]
+    assert got["public"] and got["ours_is_tf_keras"] and got["subclass"]
     expect_keras3 = TF_VERSION >= (2, 16) and not legacy
     assert got["keras3"] is expect_keras3
     assert got["tf_keras"] == ("tf_keras" if legacy else "keras")

@@ -3,8 +3,14 @@
 Drop-in twins of Keras layers (same constructor arguments, tensor-in/tensor-out)
 whose weights carry a posterior (a *distribution initializer*) and whose KL to the
 prior is a *regularizer* collected in ``layer.losses`` (Tran et al., 2019).
+
+``keras`` is the Keras the layers are built on (the process's own: Keras 2 with TF 2.15,
+Keras 3 with TF >= 2.16 unless ``TF_USE_LEGACY_KERAS`` asks for tf-keras), and ``KERAS3``
+says which: build the models around the layers with it (``from bayes_planet.layers import
+keras``), never ``tf.keras``.
 """
 
+from bayes_planet._keras import KERAS3, keras
 from bayes_planet.layers import constraints, initializers, kernels, regularizers, tracing
 from bayes_planet.layers.attention import (
     EinsumDenseFlipout,
@@ -130,6 +136,7 @@ from bayes_planet.layers.transformer import PositionEmbedding, TransformerBlock,
 from bayes_planet.layers.vq import VectorQuantizer, codebook_usage
 
 __all__ = [
+    "KERAS3",
     "ActNorm",
     "BayesianLayer",
     "Bernoulli",
@@ -234,6 +241,7 @@ __all__ = [
     "fixed_noise",
     "initializers",
     "intercept",
+    "keras",
     "kernels",
     "mc_dropout",
     "mean_field_logits",
