@@ -1,6 +1,7 @@
 """The ``bayes-planet`` command line.
 
     bayes-planet train --task cartpole-swingup --preset cpu --logdir runs/x [--set key=value ...]
+    bayes-planet train --branch-from runs/x --logdir runs/y [--set key=value ...]
     bayes-planet eval --logdir runs/x [--episodes 5] [--out DIR [--video]]
     bayes-planet probe --logdir runs/x [--episodes 5] [--out DIR] [--test-episodes DIR]
     bayes-planet demo [--epochs 20] [--samples 20] [--seed 0]
@@ -32,16 +33,36 @@ def _demo(args):
     demo.main(epochs=args.epochs, samples=args.samples, seed=args.seed)
 
 
+def _branch_config(args):
+    """``train --branch-from RUN``: the config of the branch — its own when ``--logdir`` holds
+    it already (the same command resumes), else the parent's — with the ``--set`` values."""
+    from bayes_planet import config as config_lib
+    from bayes_planet import run as run_lib
+
+    if args.preset or args.task:
+        given = f"--preset {args.preset[0][0]}" if args.preset else f"--task {args.task}"
+        raise run_lib.RunError(f"--branch-from takes the parent run's config; change it with "
+                               f"--set. Received: {given}")
+    own = run_lib.check_logdir(args.logdir) / "config.yaml"
+    base = run_lib.read_config(args.logdir if own.exists() else args.branch_from)
+    config = config_lib.with_overrides(base, list(args.set or []))
+    run_lib.branch(args.branch_from, args.logdir, config)
+    return config
+
+
 def _train(args):
     from bayes_planet import config as config_lib
     from bayes_planet import yaml_config
 
-    presets = yaml_config.parse_presets(args.preset)
-    overrides = list(args.set or [])
-    if args.task:
-        overrides.insert(0, f"task={args.task}")
-    config = config_lib.load(presets, overrides)  # Fails fast, before TensorFlow loads.
-    config_lib.validate(config)
+    if args.branch_from:
+        config = _branch_config(args)
+    else:
+        presets = yaml_config.parse_presets(args.preset)
+        overrides = list(args.set or [])
+        if args.task:
+            overrides.insert(0, f"task={args.task}")
+        config = config_lib.load(presets, overrides)  # Fails fast, before TensorFlow loads.
+        config_lib.validate(config)
     _startup.quiet_import(*_startup.AGENT_STACK)
     from bayes_planet.training import Trainer
 
@@ -121,6 +142,10 @@ def build_parser():
     train.add_argument("--logdir", required=True)
     train.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="override any config key, e.g. --set train.batch_size=8")
+    train.add_argument("--branch-from", metavar="RUN", default=None,
+                       help="start --logdir as a copy of RUN at its newest checkpoint and train "
+                            "on with RUN's config and the --set changes (not its task, "
+                            "observations or model); the same command resumes")
     train.add_argument("--quiet", action="store_true", help="no progress bar")
     train.set_defaults(func=_train)
     evaluate = sub.add_parser("eval", help="evaluate a trained agent")

@@ -18,12 +18,14 @@ from bayes_planet import _startup, layer_registry, yaml_config
 from bayes_planet.yaml_config import Config, ConfigError
 
 __all__ = [
+    "BRANCH_FIXED_KEYS",
     "EXTENDABLE_KEYS",
     "NO_WEIGHT_NOISE",
     "PLANNER_LATENT",
     "PLANNING_KEYS",
     "Config",
     "ConfigError",
+    "branch_fixed_changes",
     "fixed_changes",
     "load",
     "parse",
@@ -31,6 +33,7 @@ __all__ = [
     "read",
     "upgrade",
     "validate",
+    "with_overrides",
     "with_planning",
 ]
 
@@ -73,11 +76,32 @@ PLANNING_KEYS = ("planner", "value.policy_proposals", "eval.optimism")
 #: equals a run of 100 (the run tests check it).
 EXTENDABLE_KEYS = ("train.episodes",)
 
+#: The keys a branch of a trained run (``bayes-planet train --branch-from RUN``) keeps: its
+#: data (the task and what the agent observes) and its model's variables; and the learning
+#: rates, which the optimizers' checkpointed state would silently restore. Everything else
+#: (how it plans, explores, trains its value, how long) may change from the parent's.
+BRANCH_FIXED_KEYS = ("task", "obs_type", "env", "model", "strategy", "train.learning_rate",
+                     "value.enabled", "value.units", "value.layers",
+                     "value.critic_learning_rate", "value.actor_learning_rate")
+
 
 def fixed_changes(previous, config):
     """``[(dotted key, old, new)]`` where ``config`` differs from a run's ``previous`` config
     in keys other than `EXTENDABLE_KEYS`: what a run cannot be reopened with."""
     return [c for c in yaml_config.changes(previous, config) if c[0] not in EXTENDABLE_KEYS]
+
+
+def branch_fixed_changes(parent, config):
+    """``[(dotted key, old, new)]`` where ``config`` differs from a ``parent`` run's config in
+    `BRANCH_FIXED_KEYS` (or keys under them): what a branch of that run cannot change."""
+    return [c for c in yaml_config.changes(parent, config)
+            if any(c[0] == k or c[0].startswith(k + ".") for k in BRANCH_FIXED_KEYS)]
+
+
+def with_overrides(config, overrides):
+    """``config`` with ``key=value`` overrides of any key, type- and range-checked (`validate`),
+    as `load` merges them; a one-line `ConfigError` otherwise."""
+    return validate(yaml_config.override(config, overrides, path=_PATH))
 
 
 def with_planning(config, overrides):
@@ -88,7 +112,7 @@ def with_planning(config, overrides):
         if not any(key == k or key.startswith(k + ".") for k in PLANNING_KEYS):
             raise ConfigError(f"Expected a planning key ({', '.join(PLANNING_KEYS)}): a trained "
                               f"run's model is fixed. Received: {text}")
-    return validate(yaml_config.override(config, overrides, path=_PATH))
+    return with_overrides(config, overrides)
 
 
 def upgrade(data):

@@ -14,7 +14,7 @@ __all__ = ["FAULT_ENV", "FAULT_POINTS", "fault_armed", "fault_point"]
 FAULT_ENV = "BAYES_PLANET_FAULT"
 #: The named points where `fault_point` can kill the process.
 FAULT_POINTS = ("config_write", "seed_episode", "train", "plan", "eval", "checkpoint_write",
-                "metrics_write")
+                "metrics_write", "branch_copy")
 _hits = {}
 
 

@@ -11,6 +11,7 @@ scripts). `bayes_planet.agent.Agent` opens the `Run` and assembles what lives in
     <logdir>/checkpoints/ckpt-NNNNNN/   model, optimizer and counters after NNNNNN episodes
     <logdir>/metrics.jsonl      one JSON row per collected episode (valid JSON, no NaN)
     <logdir>/events.*, videos/, learning_curve.png
+    <logdir>/branch.json        a branch's parent, episode and changes (`branch`)
 
 Guarantees (what a writer does when it opens, in this order; `Agent` validates the whole
 config, types, ranges, the task and the model's fit to the environment, before it opens the
@@ -60,6 +61,7 @@ __all__ = [
     "Run",
     "RunError",
     "RunLockedError",
+    "branch",
     "check_logdir",
     "check_output_dir",
     "json_row",
@@ -69,6 +71,69 @@ __all__ = [
 
 _CHECKPOINT = re.compile(r"^ckpt-(\d{6,})$")
 _KEEP_CHECKPOINTS = 2
+
+
+def branch(parent, logdir, config):
+    """Starts the run ``logdir`` as a branch of the run ``parent``: a copy of the parent at its
+    newest checkpoint (episodes, checkpoints and metrics rows up to it) whose training goes on
+    with ``config``, which may differ from the parent's except in
+    `bayes_planet.config.BRANCH_FIXED_KEYS` (its data and its model's variables). The A/B of a
+    change from one trained state: branch twice, train both on.
+
+    The copy is assembled in a temporary folder beside ``logdir`` and renamed into place, so
+    a killed branch leaves no half-copied run (its temporary folder is removed by the next
+    try). ``<logdir>/branch.json`` records the parent, the episode and the changes. A
+    ``logdir`` that already holds a run is left alone (the trainer resumes it). Returns the
+    episode the branch starts from, or None if ``logdir`` already held a run. One-line
+    `RunError`s: no run or checkpoint in ``parent``, a fixed key changed, ``logdir`` neither
+    empty nor a run.
+    """
+    parent, logdir = check_logdir(parent), check_logdir(logdir)
+    if (logdir / "config.yaml").exists():
+        return None
+    if logdir.exists() and any(logdir.iterdir()):
+        raise RunError(f"Expected an empty or new logdir to branch into. Received: "
+                       f"logdir={str(logdir)!r} holds files but no run")
+    previous = read_config(parent)
+    fixed = config_lib.branch_fixed_changes(previous, config)
+    if fixed:
+        raise RunError(f"a branch keeps its parent's data and model, but the config changes "
+                       f"{yaml_config.describe_changes(fixed)}; branch only what "
+                       f"{', '.join(config_lib.BRANCH_FIXED_KEYS)} leave free")
+    source = Run(parent, previous, read_only=True)
+    checkpoints = source.checkpoints()
+    if not checkpoints:
+        raise RunError(f"no checkpoint in {parent} to branch from")
+    number = checkpoints[-1][0]
+    episodes = episode_files(parent / "episodes")[:number]
+    if [index for index, _, _ in episodes] != list(range(number)):
+        raise RunError(f"{parent}/episodes lacks episodes of its checkpoint {number}: the run "
+                       "is damaged")
+    rows = [r for r in source.read_metrics() if r["episode"] <= number]
+    logdir.parent.mkdir(parents=True, exist_ok=True)
+    for old in logdir.parent.glob(f".{logdir.name}.branch-tmp-*"):
+        shutil.rmtree(old, ignore_errors=True)
+    temp = logdir.parent / f".{logdir.name}.branch-tmp-{os.getpid()}"
+    try:
+        (temp / "episodes").mkdir(parents=True)
+        for _, _, path in episodes:
+            shutil.copy2(path, temp / "episodes")
+        for _, folder in checkpoints:
+            shutil.copytree(folder, temp / "checkpoints" / folder.name)
+        _atomic_write(temp / "metrics.jsonl", "".join(json_row(r) + "\n" for r in rows))
+        _atomic_write(temp / "branch.json", json.dumps({
+            "parent": str(parent.resolve()), "episode": number,
+            "changes": [list(c) for c in yaml_config.changes(previous, config)]}, indent=1))
+        _atomic_write(temp / "config.yaml", yaml_config.dump(config))
+        fault_point("branch_copy")
+        if logdir.exists():
+            logdir.rmdir()  # Empty, checked above.
+        os.rename(temp, logdir)
+        fsync_path(logdir.parent)
+    except BaseException:
+        shutil.rmtree(temp, ignore_errors=True)
+        raise
+    return number
 
 
 class RunError(ValueError):

@@ -209,6 +209,85 @@ def test_a_finished_run_extended_with_more_episodes_equals_the_longer_run(refere
     assert files() == before  # Both refusals wrote nothing.
 
 
+# -- branches: train on from another run's checkpoint with changes (train --branch-from) --------
+def _branch(parent, logdir, *sets, fault=None, extra=()):
+    args = ["train", "--branch-from", str(parent), "--logdir", str(logdir), "--quiet", *extra]
+    for s in sets:
+        args += ["--set", s]
+    return _cli(*args, fault=fault)
+
+
+def test_a_branch_continues_its_parent_exactly_and_a_killed_copy_is_redone(reference, tmp_path):
+    """A 2-episode run branched with only train.episodes=3 equals the uninterrupted 3-episode
+    run (rows and checkpoint): the copy is the parent's state. A branch killed while copying
+    leaves no run; the same command redoes it, and resumes a finished branch. A branch with a
+    change trains on with it from the parent's rows; the parent is never written."""
+    parent = tmp_path / "parent"
+    assert _train(parent, "train.episodes=2").returncode == 0
+    before = _snapshot(parent)
+    branch = tmp_path / "branch"
+    killed = _branch(parent, branch, "train.episodes=3", fault="branch_copy:1")
+    assert killed.returncode == -9
+    assert not branch.exists() and list(tmp_path.glob(".branch.branch-tmp-*"))
+    done = _branch(parent, branch, "train.episodes=3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not list(tmp_path.glob(".branch.branch-tmp-*"))
+    assert _rows(branch) == _rows(reference)
+    a, b = _tensors(_latest_checkpoint(reference)), _tensors(_latest_checkpoint(branch))
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    copied = branch / "checkpoints" / "ckpt-000002" / "ckpt"  # The parent's, not redone.
+    a, b = _tensors(str(parent / "checkpoints" / "ckpt-000002" / "ckpt")), _tensors(str(copied))
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    record = json.loads((branch / "branch.json").read_text())
+    assert record == {"parent": str(parent.resolve()), "episode": 2,
+                      "changes": [["train.episodes", 2, 3]]}
+    again = _branch(parent, branch, "train.episodes=3")  # Resumes the finished branch.
+    assert again.returncode == 0 and _rows(branch) == _rows(reference), again.stderr[-2000:]
+
+    changed = tmp_path / "changed"
+    result = _branch(parent, changed, "train.episodes=3", "train.updates_per_episode=1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert config_lib.read(changed / "config.yaml").train.updates_per_episode == 1
+    rows = _rows(changed)
+    assert rows[:2] == _rows(parent) and rows[2]["updates"] != _rows(reference)[2]["updates"]
+    assert _snapshot(parent) == before
+
+
+def test_a_branch_refuses_other_data_or_model_presets_and_a_used_logdir(reference, tmp_path,
+                                                                         capsys):
+    """One-line errors that write nothing: a fixed key (the model), --preset beside
+    --branch-from, a logdir holding other files, a parent without a run."""
+    deter = config_lib.read(reference / "config.yaml").model.deter
+    cases = [
+        ((f"model.deter={deter + 8}",), (), "a branch keeps its parent's data and model, but the "
+                                            f"config changes model.deter: {deter} -> {deter + 8}"),
+        ((), ("--preset", "debug"), "--branch-from takes the parent run's config; change it "
+                                    "with --set. Received: --preset debug"),
+    ]
+    for sets, extra, message in cases:
+        logdir = tmp_path / "new"
+        result = _branch(reference, logdir, *sets, extra=extra)
+        assert result.returncode == 2
+        lines = _error_lines(result.stderr)
+        assert len(lines) == 1 and message in lines[0], lines
+        assert not logdir.exists()
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "notes.txt").write_text("mine")
+    result = _branch(reference, used)
+    assert _error_lines(result.stderr) == [
+        f"bayes-planet train: error: Expected an empty or new logdir to branch into. "
+        f"Received: logdir={str(used)!r} holds files but no run"]
+    assert sorted(p.name for p in used.iterdir()) == ["notes.txt"]
+    missing = _branch(tmp_path / "nothing", tmp_path / "new")
+    assert _error_lines(missing.stderr) == [
+        f"bayes-planet train: error: no run in {tmp_path / 'nothing'} (not a directory)"]
+
+
 def _old_layout(path):
     """Rewrites a run's config.yaml in the layout before ``planner.name``: the CEM settings
     (candidates, top_k, iterations) directly in ``planner``."""
