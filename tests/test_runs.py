@@ -217,6 +217,33 @@ def _branch(parent, logdir, *sets, fault=None, extra=()):
     return _cli(*args, fault=fault)
 
 
+def test_a_branch_is_a_copy_of_its_parent_at_its_checkpoint_with_the_new_config(reference,
+                                                                                tmp_path):
+    """`run.branch` in-process (no training): the parent's episodes, checkpoints and rows up
+    to its newest checkpoint, byte for byte; the new config and branch.json; the parent is
+    not written; a second call leaves the branch to the trainer."""
+    from bayes_planet import run as run_lib
+
+    before = _snapshot(reference)
+    config = config_lib.with_overrides(config_lib.read(reference / "config.yaml"),
+                                       ["train.episodes=5", "train.updates_per_episode=1"])
+    branch = tmp_path / "branch"
+    assert run_lib.branch(reference, branch, config) == 3
+    copied = _snapshot(branch)
+    for folder in ("episodes", "checkpoints"):
+        theirs = {k: v for k, v in before.items() if k.startswith(folder)}
+        assert theirs and {k: copied[k] for k in theirs} == theirs
+        assert {k for k in copied if k.startswith(folder)} == set(theirs)
+    assert _rows(branch) == _rows(reference)
+    assert config_lib.read(branch / "config.yaml") == config
+    assert json.loads(copied["branch.json"]) == {
+        "parent": str(reference.resolve()), "episode": 3,
+        "changes": [["train.episodes", 3, 5], ["train.updates_per_episode", 3, 1]]}
+    assert run_lib.branch(reference, branch, config) is None
+    assert _snapshot(branch) == copied and _snapshot(reference) == before
+
+
+@pytest.mark.slow  # five debug trainings; the copy itself is checked above
 def test_a_branch_continues_its_parent_exactly_and_a_killed_copy_is_redone(reference, tmp_path):
     """A 2-episode run branched with only train.episodes=3 equals the uninterrupted 3-episode
     run (rows and checkpoint): the copy is the parent's state. A branch killed while copying
