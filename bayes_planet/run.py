@@ -75,7 +75,8 @@ _KEEP_CHECKPOINTS = 2
 
 def branch(parent, logdir, config):
     """Starts the run ``logdir`` as a branch of the run ``parent``: a copy of the parent at its
-    newest checkpoint (episodes, checkpoints and metrics rows up to it) whose training goes on
+    newest checkpoint (that checkpoint, the episodes and metrics rows up to it; the parent may
+    still be training) whose training goes on
     with ``config``, which may differ from the parent's except in
     `bayes_planet.config.BRANCH_FIXED_KEYS` (its data and its model's variables). The A/B of a
     change from one trained state: branch twice, train both on.
@@ -118,8 +119,8 @@ def branch(parent, logdir, config):
         (temp / "episodes").mkdir(parents=True)
         for _, _, path in episodes:
             shutil.copy2(path, temp / "episodes")
-        for _, folder in checkpoints:
-            shutil.copytree(folder, temp / "checkpoints" / folder.name)
+        # The newest only: a parent still training deletes older ones as it goes.
+        shutil.copytree(checkpoints[-1][1], temp / "checkpoints" / checkpoints[-1][1].name)
         _atomic_write(temp / "metrics.jsonl", "".join(json_row(r) + "\n" for r in rows))
         _atomic_write(temp / "branch.json", json.dumps({
             "parent": str(parent.resolve()), "episode": number,

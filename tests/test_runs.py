@@ -219,9 +219,9 @@ def _branch(parent, logdir, *sets, fault=None, extra=()):
 
 def test_a_branch_is_a_copy_of_its_parent_at_its_checkpoint_with_the_new_config(reference,
                                                                                 tmp_path):
-    """`run.branch` in-process (no training): the parent's episodes, checkpoints and rows up
-    to its newest checkpoint, byte for byte; the new config and branch.json; the parent is
-    not written; a second call leaves the branch to the trainer."""
+    """`run.branch` in-process (no training): the parent's newest checkpoint and its episodes
+    and rows up to it, byte for byte; the new config and branch.json; the parent is not
+    written; a second call leaves the branch to the trainer."""
     from bayes_planet import run as run_lib
 
     before = _snapshot(reference)
@@ -230,10 +230,11 @@ def test_a_branch_is_a_copy_of_its_parent_at_its_checkpoint_with_the_new_config(
     branch = tmp_path / "branch"
     assert run_lib.branch(reference, branch, config) == 3
     copied = _snapshot(branch)
-    for folder in ("episodes", "checkpoints"):
+    for folder in ("episodes", "checkpoints/ckpt-000003"):
         theirs = {k: v for k, v in before.items() if k.startswith(folder)}
         assert theirs and {k: copied[k] for k in theirs} == theirs
         assert {k for k in copied if k.startswith(folder)} == set(theirs)
+    assert [p.name for p in (branch / "checkpoints").iterdir()] == ["ckpt-000003"]
     assert _rows(branch) == _rows(reference)
     assert config_lib.read(branch / "config.yaml") == config
     assert json.loads(copied["branch.json"]) == {
