@@ -89,7 +89,8 @@ def branch(parent, logdir, config):
     `RunError`s: no run or checkpoint in ``parent``, a fixed key changed, ``logdir`` neither
     empty nor a run.
     """
-    parent, logdir = check_logdir(parent), check_logdir(logdir)
+    parent = check_logdir(parent)
+    logdir = check_output_dir("logdir", logdir, parent)  # Not the parent, nor inside it.
     if (logdir / "config.yaml").exists():
         return None
     if logdir.exists() and any(logdir.iterdir()):

@@ -288,7 +288,8 @@ def test_a_branch_continues_its_parent_exactly_and_a_killed_copy_is_redone(refer
 def test_a_branch_refuses_other_data_or_model_presets_and_a_used_logdir(reference, tmp_path,
                                                                          capsys):
     """One-line errors that write nothing: a fixed key (the model), --preset beside
-    --branch-from, a logdir holding other files, a parent without a run."""
+    --branch-from, a logdir holding other files, the parent itself or a folder inside it, a
+    parent without a run."""
     deter = config_lib.read(reference / "config.yaml").model.deter
     cases = [
         ((f"model.deter={deter + 8}",), (), "a branch keeps its parent's data and model, but the "
@@ -311,6 +312,12 @@ def test_a_branch_refuses_other_data_or_model_presets_and_a_used_logdir(referenc
         f"bayes-planet train: error: Expected an empty or new logdir to branch into. "
         f"Received: logdir={str(used)!r} holds files but no run"]
     assert sorted(p.name for p in used.iterdir()) == ["notes.txt"]
+    for inside in (reference, reference / "branch"):
+        result = _branch(reference, inside)
+        assert _error_lines(result.stderr) == [
+            f"bayes-planet train: error: Expected a folder outside the run {str(reference)!r} "
+            f"(readers never write into it). Received: logdir={str(inside)!r}"]
+    assert not (reference / "branch").exists()
     missing = _branch(tmp_path / "nothing", tmp_path / "new")
     assert _error_lines(missing.stderr) == [
         f"bayes-planet train: error: no run in {tmp_path / 'nothing'} (not a directory)"]
