@@ -40,7 +40,8 @@ def _branch_config(args):
     from bayes_planet import run as run_lib
 
     if args.preset or args.task:
-        given = f"--preset {args.preset[0][0]}" if args.preset else f"--task {args.task}"
+        given = (f"--preset {' '.join(sum(args.preset, []))}".rstrip() if args.preset
+                 else f"--task {args.task}")
         raise run_lib.RunError(f"--branch-from takes the parent run's config; change it with "
                                f"--set. Received: {given}")
     own = run_lib.check_logdir(args.logdir) / "config.yaml"

@@ -91,11 +91,15 @@ def fixed_changes(previous, config):
     return [c for c in yaml_config.changes(previous, config) if c[0] not in EXTENDABLE_KEYS]
 
 
+def _under(key, sections):
+    """Whether the dotted ``key`` is one of ``sections`` or a key inside one of them."""
+    return any(key == k or key.startswith(k + ".") for k in sections)
+
+
 def branch_fixed_changes(parent, config):
     """``[(dotted key, old, new)]`` where ``config`` differs from a ``parent`` run's config in
     `BRANCH_FIXED_KEYS` (or keys under them): what a branch of that run cannot change."""
-    return [c for c in yaml_config.changes(parent, config)
-            if any(c[0] == k or c[0].startswith(k + ".") for k in BRANCH_FIXED_KEYS)]
+    return [c for c in yaml_config.changes(parent, config) if _under(c[0], BRANCH_FIXED_KEYS)]
 
 
 def with_overrides(config, overrides):
@@ -109,7 +113,7 @@ def with_planning(config, overrides):
     range-checked (`validate`); a one-line `ConfigError` naming any other key."""
     for text in overrides:
         key = text.split("=", 1)[0].strip()
-        if not any(key == k or key.startswith(k + ".") for k in PLANNING_KEYS):
+        if not _under(key, PLANNING_KEYS):
             raise ConfigError(f"Expected a planning key ({', '.join(PLANNING_KEYS)}): a trained "
                               f"run's model is fixed. Received: {text}")
     return with_overrides(config, overrides)

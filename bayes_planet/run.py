@@ -76,10 +76,9 @@ _KEEP_CHECKPOINTS = 2
 def branch(parent, logdir, config):
     """Starts the run ``logdir`` as a branch of the run ``parent``: a copy of the parent at its
     newest checkpoint (that checkpoint, the episodes and metrics rows up to it; the parent may
-    still be training) whose training goes on
-    with ``config``, which may differ from the parent's except in
-    `bayes_planet.config.BRANCH_FIXED_KEYS` (its data and its model's variables). The A/B of a
-    change from one trained state: branch twice, train both on.
+    still be training) whose training goes on with ``config``, which may differ from the
+    parent's except in `bayes_planet.config.BRANCH_FIXED_KEYS` (its data and its model's
+    variables). The A/B of a change from one trained state: branch twice, train both on.
 
     The copy is assembled in a temporary folder beside ``logdir`` and renamed into place, so
     a killed branch leaves no half-copied run (its temporary folder is removed by the next
@@ -100,8 +99,8 @@ def branch(parent, logdir, config):
     fixed = config_lib.branch_fixed_changes(previous, config)
     if fixed:
         raise RunError(f"a branch keeps its parent's data and model, but the config changes "
-                       f"{yaml_config.describe_changes(fixed)}; branch only what "
-                       f"{', '.join(config_lib.BRANCH_FIXED_KEYS)} leave free")
+                       f"{yaml_config.describe_changes(fixed)}; it may change any key but "
+                       f"{', '.join(config_lib.BRANCH_FIXED_KEYS)}")
     source = Run(parent, previous, read_only=True)
     checkpoints = source.checkpoints()
     if not checkpoints:
