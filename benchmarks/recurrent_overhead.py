@@ -21,11 +21,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bayes_planet.layers import (  # noqa: E402
-    attention,
-    keras,  # noqa: E402
-    recurrent,
-)
+from bayes_planet.layers import attention, keras, recurrent  # noqa: E402
 from benchmarks.layer_overhead import make_step, time_steps  # noqa: E402
 
 
