@@ -212,31 +212,41 @@ def _env():
     return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONWARNINGS="ignore")
 
 
-def launch(runs, base_presets, parallel=1, say=print):
-    """Runs the unfinished runs (at most ``parallel`` at once); returns ``{logdir: status}``."""
+def launch_logs(run):
+    """The folder of a run's ``train.log`` and ``launches.jsonl``: its ``logs`` if it has one
+    (a branch: its logdir must be empty until `bayes-planet train --branch-from` fills it),
+    else its logdir."""
+    return pathlib.Path(run.get("logs", run["logdir"]))
+
+
+def launch(runs, base_presets, parallel=1, say=print, name="agents"):
+    """Runs the unfinished runs (at most ``parallel`` at once); returns ``{logdir: status}``.
+    A run's training command is its ``command`` if it has one (`experiments/branches.py`),
+    else `train_command`; its output goes to `launch_logs`; ``name`` begins each line said."""
     status, pending, active = {}, [], []
     for run in runs:
         if episodes_on_disk(run["logdir"]) >= run["episodes"]:
             status[str(run["logdir"])] = "finished before"
         else:
             pending.append(run)
-    say(f"agents: {len(runs)} runs, {len(runs) - len(pending)} already finished, "
+    say(f"{name}: {len(runs)} runs, {len(runs) - len(pending)} already finished, "
         f"{len(pending)} to run ({parallel} at a time)")
     total = len(pending)
     try:
         while pending or active:
             while pending and len(active) < parallel:
                 run = pending.pop(0)
-                run["logdir"].mkdir(parents=True, exist_ok=True)
-                command = train_command(run, base_presets)
-                log = open(run["logdir"] / "train.log", "a")  # noqa: SIM115 (closed below)
+                logs = launch_logs(run)
+                logs.mkdir(parents=True, exist_ok=True)
+                command = run.get("command") or train_command(run, base_presets)
+                log = open(logs / "train.log", "a")  # noqa: SIM115 (closed below)
                 log.write(f"$ {' '.join(command)}\n")
                 log.flush()
+                resumed = episodes_on_disk(run["logdir"])
                 process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                            env=_env())
                 active.append((run, process, log, time.time(), command))
-                resumed = episodes_on_disk(run["logdir"])
-                say(f"agents: [{total - len(pending)}/{total}] {run['variant']} seed "
+                say(f"{name}: [{total - len(pending)}/{total}] {run['variant']} seed "
                     f"{run['seed']}: started" + (f" (resuming at episode {resumed})"
                                                  if resumed else ""))
             time.sleep(0.2)
@@ -247,17 +257,17 @@ def launch(runs, base_presets, parallel=1, say=print):
                 active.remove(item)
                 log.close()
                 seconds = time.time() - start
-                with open(run["logdir"] / "launches.jsonl", "a") as f:
+                with open(launch_logs(run) / "launches.jsonl", "a") as f:
                     f.write(json.dumps({"started": start, "seconds": seconds,
                                         "returncode": process.returncode,
                                         "command": command}) + "\n")
                 ok = process.returncode == 0
                 status[str(run["logdir"])] = "trained" if ok else f"failed ({process.returncode})"
-                say(f"agents: {run['variant']} seed {run['seed']}: "
+                say(f"{name}: {run['variant']} seed {run['seed']}: "
                     + (f"done in {seconds:.0f} s" if ok else
-                       f"FAILED with code {process.returncode}, see {run['logdir']}/train.log"))
+                       f"FAILED with code {process.returncode}, see {launch_logs(run)}/train.log"))
                 if ok:  # While the other runs go on (runs finished before: after them all).
-                    status.update(final_eval([run], say))
+                    status.update(final_eval([run], say, name))
     finally:
         for _, process, log, _, _ in active:  # Interrupted: stop our children; rerun resumes.
             process.terminate()
@@ -307,19 +317,22 @@ def eval_dir(logdir):
 
 def read_final_eval(run):
     """The run's ``eval.json`` if it evaluated the run's current last checkpoint with the
-    grid's episodes and the run's own planner (no ``--set``), else None."""
+    grid's episodes and planner (the run's own, or ``--set`` of the run's
+    ``final_eval_planning``), else None."""
     path = eval_dir(run["logdir"]) / "eval.json"
     if not path.is_file():
         return None
     report = json.loads(path.read_text())
     current = (report["checkpoint"] == episodes_on_disk(run["logdir"])
-               and report["episodes"] == run["final_eval_episodes"] and not report["planning"])
+               and report["episodes"] == run["final_eval_episodes"]
+               and report["planning"] == list(run.get("final_eval_planning", ())))
     return report if current else None
 
 
-def final_eval(runs, say=print):
+def final_eval(runs, say=print, name="agents"):
     """``bayes-planet eval`` of every finished run without a current ``eval.json``
-    (sequentially); returns ``{logdir: status}`` of the failures."""
+    (sequentially; with ``--set`` of the run's ``final_eval_planning``, if any); returns
+    ``{logdir: status}`` of the failures."""
     failed = {}
     for run in runs:
         episodes = run["final_eval_episodes"]
@@ -329,6 +342,8 @@ def final_eval(runs, say=print):
         target = eval_dir(run["logdir"])
         command = [sys.executable, "-m", "bayes_planet.cli", "eval", "--logdir",
                    str(run["logdir"]), "--episodes", str(episodes), "--out", str(target)]
+        for item in run.get("final_eval_planning", ()):
+            command += ["--set", item]
         log_path = target.with_name(target.name + ".log")
         with open(log_path, "a") as log:
             log.write(f"$ {' '.join(command)}\n")
@@ -336,7 +351,7 @@ def final_eval(runs, say=print):
             code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=_env())
         if code:
             failed[str(run["logdir"])] = f"failed final evaluation ({code})"
-        say(f"agents: final evaluation ({episodes} episodes) {run['variant']} seed "
+        say(f"{name}: final evaluation ({episodes} episodes) {run['variant']} seed "
             f"{run['seed']}: " + ("done" if code == 0 else f"FAILED ({code}), see {log_path}"))
     return failed
 

@@ -202,7 +202,7 @@ def test_launch_evaluates_each_run_as_it_finishes(agents, tmp_path, monkeypatch)
         sys.executable, "-c", f"raise SystemExit({codes[run['seed']]})"])
     events = []
     monkeypatch.setattr(agents, "final_eval",
-                        lambda runs, say: events.append(("eval", runs[0]["seed"])) or {})
+                        lambda runs, say, name: events.append(("eval", runs[0]["seed"])) or {})
     runs = [{"logdir": tmp_path / f"seed{s}", "variant": "v", "seed": s, "episodes": 1}
             for s in codes]
     status = agents.launch(runs, [], say=lambda line: events.append(
