@@ -63,6 +63,11 @@ def check(config):
         if not isinstance(sets, list) or not all(isinstance(s, str) for s in sets):
             raise _config.ConfigError(f"Expected a list of key=value strings. Received: "
                                       f"arms.{name}={sets!r}")
+    for key, sets in (("overrides", config["overrides"]),
+                      ("eval.planning", config["eval"]["planning"])):
+        if not all(isinstance(s, str) for s in sets):
+            raise _config.ConfigError(f"Expected a list of key=value strings. Received: "
+                                      f"{key}={sets!r}")
     seeds = config["seeds"]
     if not seeds or len(set(seeds)) < len(seeds) or not all(
             isinstance(s, int) and not isinstance(s, bool) for s in seeds):

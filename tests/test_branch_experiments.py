@@ -57,6 +57,7 @@ def test_grid_commands_are_branches_of_the_newest_checkpoint(branches, tmp_path)
     (["arms={a/b: []}"], r"\(a folder\)\. Received: arms='a/b'$"),
     (["arms={a: planner.horizon=3}"], r"^Expected a list of key=value strings\. Received: "
                                       r"arms\.a='planner\.horizon=3'$"),
+    (["overrides=[1]"], r"^Expected a list of key=value strings\. Received: overrides=\[1\]$"),
     (["seeds=[0, 0]"], r"^Expected distinct integer seeds\. Received: seeds=\[0, 0\]$"),
     (["episodes=0"], r"^Expected a positive integer\. Received: episodes=0$"),
     (["eval.episodes=0"], r"^Expected a positive integer\. Received: eval\.episodes=0$"),
