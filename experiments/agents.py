@@ -554,7 +554,8 @@ def mean_curve(curves):
             "seeds": count.tolist()}
 
 
-def _stats(values):
+def stats(values):
+    """``{mean, std, n}`` of the values that are not None (population std), or None."""
     values = [v for v in values if v is not None]
     if not values:
         return None
@@ -576,19 +577,19 @@ def aggregate(config, out, runs, status=None, archived=None):
                         if r["variant"] == name and r["seed"] not in per_run})
         per_run = dict(sorted(per_run.items()))
         curve_keys = sorted({k for r in per_run.values() for k in r["curves"]})
-        summary = {key: _stats([r[key] for r in per_run.values()])
+        summary = {key: stats([r[key] for r in per_run.values()])
                    for key in ("final_eval_return", "mean_eval_return", "training_seconds",
                                "launcher_seconds", "final_weight_kl", "env_steps")}
-        summary["final_eval"] = _stats([r["final_eval"]["mean"] for r in per_run.values()
+        summary["final_eval"] = stats([r["final_eval"]["mean"] for r in per_run.values()
                                         if r.get("final_eval")])
         coverage = [r["coverage"] for r in per_run.values() if r["coverage"]]
         if coverage:
-            summary["coverage"] = {g: _stats([c[g] for c in coverage]) for g in coverage[0]}
+            summary["coverage"] = {g: stats([c[g] for c in coverage]) for g in coverage[0]}
         summary["probe"] = {}
         for weights in PROBE_WEIGHTS:
             probes = [r["probe"][weights] for r in per_run.values() if weights in r["probe"]]
             if probes:
-                summary["probe"][weights] = {k: _stats([p.get(k) for p in probes])
+                summary["probe"][weights] = {k: stats([p.get(k) for p in probes])
                                              for k in probes[0]}
         results["variants"][name] = {
             **variant, "summary": summary,
@@ -647,25 +648,40 @@ def summary_markdown(results):
 
 
 # ---------------------------------------------------------------- the command
-def main(argv=None):
-    parser = _config.add_arguments(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
+def grid_parser(description, only_help, metavar="VARIANT"):
+    """The flags of a grid script: ``--preset``, ``--set``, ``--out``, ``--parallel``,
+    ``--aggregate-only`` and ``--only`` (its help ``only_help``)."""
+    parser = _config.add_arguments(argparse.ArgumentParser(description=description))
     parser.add_argument("--parallel", type=int, default=None,
                         help="concurrent training runs (config: parallel)")
     parser.add_argument("--aggregate-only", action="store_true",
-                        help="only re-aggregate the existing logdirs")
-    parser.add_argument("--probe", action="store_true",
-                        help="also run latent probes on finished runs (config: probe.enabled)")
-    parser.add_argument("--only", action="append", default=None, metavar="VARIANT",
-                        help="train only this variant of the grid (repeatable; its name as in "
-                             "the table, e.g. reparameterization_novelty10): a subset of the "
-                             "grid's own lists would name its variants, and so logdirs, "
-                             "differently; the table shows every variant")
-    args = parser.parse_args(argv)
-    config = _config.load_dict(CONFIG_PATH, _config.presets_from(args), args.set)
+                        help="only re-aggregate the existing runs")
+    parser.add_argument("--only", action="append", default=None, metavar=metavar,
+                        help=only_help)
+    return parser
+
+
+def grid_config(args, path):
+    """The grid's config from the YAML ``path`` with ``args``' presets and ``--set``, its
+    ``out`` and ``parallel`` replaced by ``--out`` and ``--parallel`` if given."""
+    config = _config.load_dict(path, _config.presets_from(args), args.set)
     if args.out:
         config["out"] = args.out
     if args.parallel is not None:
         config["parallel"] = args.parallel
+    return config
+
+
+def main(argv=None):
+    parser = grid_parser(__doc__.split("\n")[0],
+                         "train only this variant of the grid (repeatable; its name as in the "
+                         "table, e.g. reparameterization_novelty10): a subset of the grid's own "
+                         "lists would name its variants, and so logdirs, differently; the table "
+                         "shows every variant")
+    parser.add_argument("--probe", action="store_true",
+                        help="also run latent probes on finished runs (config: probe.enabled)")
+    args = parser.parse_args(argv)
+    config = grid_config(args, CONFIG_PATH)
     if args.probe:
         config["probe"]["enabled"] = True
     unknown = sorted(set(config["probe"]["weights"]) - set(PROBE_WEIGHTS))

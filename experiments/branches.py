@@ -29,7 +29,6 @@ loss over the branch's own episodes. Writes ``config.yaml``, ``results.json`` an
 ``summary.md`` into ``--out``.
 """
 
-import argparse
 import json
 import pathlib
 import re
@@ -195,13 +194,6 @@ def read_branch(run):
                                                  ("mean", "std", "returns", "checkpoint")}}
 
 
-def _stats(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"mean": float(np.mean(values)), "std": float(np.std(values)), "n": len(values)}
-
-
 def aggregate(config, out, runs, status=None):
     """``results.json`` and ``summary.md``: per arm over seeds (see the module docstring)."""
     out = pathlib.Path(out)
@@ -219,11 +211,11 @@ def aggregate(config, out, runs, status=None):
                   if evals[arm, s] is not None and evals[arms[0], s] is not None]
         results["arms"][arm] = {
             "sets": config["arms"][arm],
-            "eval": _stats([evals[arm, s] for s in seeds]),
+            "eval": agents.stats([evals[arm, s] for s in seeds]),
             "versus_first": None if arm == arms[0] or not paired else {
-                **_stats(paired), "higher": sum(d > 0 for d in paired)},
-            "training_return": _stats([branches[arm, s]["training_return"] for s in seeds]),
-            "critic_loss": _stats([branches[arm, s]["critic_loss"] for s in seeds]),
+                **agents.stats(paired), "higher": sum(d > 0 for d in paired)},
+            "training_return": agents.stats([branches[arm, s]["training_return"] for s in seeds]),
+            "critic_loss": agents.stats([branches[arm, s]["critic_loss"] for s in seeds]),
             "branches": {str(s): branches[arm, s] for s in seeds},
         }
     (out / "results.json").write_text(json.dumps(results, indent=1))
@@ -263,19 +255,10 @@ def summary_markdown(results):
 
 # ---------------------------------------------------------------- the command
 def main(argv=None):
-    parser = _config.add_arguments(argparse.ArgumentParser(description=__doc__.split("\n")[0]))
-    parser.add_argument("--parallel", type=int, default=None,
-                        help="concurrent training runs (config: parallel)")
-    parser.add_argument("--aggregate-only", action="store_true",
-                        help="only re-aggregate the existing branches")
-    parser.add_argument("--only", action="append", default=None, metavar="ARM",
-                        help="train only this arm (repeatable); the table shows every arm")
+    parser = agents.grid_parser(__doc__.split("\n")[0], "train only this arm (repeatable); "
+                                "the table shows every arm", metavar="ARM")
     args = parser.parse_args(argv)
-    config = _config.load_dict(CONFIG_PATH, _config.presets_from(args), args.set)
-    if args.out:
-        config["out"] = args.out
-    if args.parallel is not None:
-        config["parallel"] = args.parallel
+    config = agents.grid_config(args, CONFIG_PATH)
     out = pathlib.Path(config["out"])
     runs = grid(config, out)
     picked = agents.only_variants(runs, args.only)
