@@ -14,7 +14,8 @@ branch's seed and the episode's index)::
 --logdir <it> --quiet --set seed=<seed> --set train.episodes=<branch point + episodes>
 --set <overrides...> --set <the arm's...>``, its output in ``<it>.launch/train.log``, then
 ``bayes-planet eval --episodes <eval.episodes> --set <eval.planning...> --out
-<it>.eval`` (beside the branch). The launcher is `experiments/agents.py`'s: rerunning the
+<it>.eval`` (beside the branch). Every branch to train is copied from the parent before the
+first trains, so all start from one checkpoint even while the parent trains on. The launcher is `experiments/agents.py`'s: rerunning the
 command skips finished branches, resumes unfinished ones (the same command resumes a branch)
 and evaluates those without a current ``eval.json``. Seed-major: a partly run grid has every
 arm at its first seeds. Every arm's config is checked before the first launch (a key that a
@@ -173,6 +174,28 @@ def grid(config, out):
     return runs
 
 
+def make_branches(runs, config):
+    """Copies the parent into every branch of ``runs`` not made yet (`bayes_planet.run.branch`),
+    all before any trains, so that all start from one checkpoint even while the parent trains
+    on (`bayes-planet train --branch-from` would copy its newest checkpoint at each launch). A
+    copy that found a newer checkpoint (the parent saved one between two copies) is removed
+    again and refused in one line."""
+    import shutil
+
+    from bayes_planet import run as run_lib
+
+    for run in runs:
+        if (run["logdir"] / "config.yaml").exists():
+            continue
+        made = run_lib.branch(config["parent"], run["logdir"], _config.Config(run["config"]))
+        if made != run["branch_point"]:
+            shutil.rmtree(run["logdir"])
+            raise _config.ConfigError(
+                f"the parent saved checkpoint {made} while the branches were made from "
+                f"{run['branch_point']}: {run['logdir']} would start elsewhere; give the "
+                "branches still to make their own out")
+
+
 # ---------------------------------------------------------------- reading branches
 def _mean(rows, key):
     values = [r[key] for r in rows if r.get(key) is not None]
@@ -265,6 +288,7 @@ def main(argv=None):
     _config.save_dict(config, out)
     status = None
     if not args.aggregate_only:
+        make_branches(picked, config)
         status = agents.launch(picked, [], config["parallel"], name="branches")
         status.update(agents.final_eval(picked, name="branches"))
     results = aggregate(config, out, runs, status)

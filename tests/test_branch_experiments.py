@@ -23,8 +23,20 @@ def _fake_parent(path, checkpoints=(3,)):
     path.mkdir(parents=True)
     (path / "config.yaml").write_text(yaml_config.dump(config_lib.load(["debug"])))
     for number in checkpoints:
-        (path / "checkpoints" / f"ckpt-{number:06d}").mkdir(parents=True)
+        _fake_checkpoint(path, number)
     return path
+
+
+def _fake_checkpoint(path, number):
+    """Checkpoint ``number`` with its episodes and metrics row (as `run.branch` copies them)."""
+    (path / "checkpoints" / f"ckpt-{number:06d}").mkdir(parents=True)
+    (path / "checkpoints" / f"ckpt-{number:06d}" / "tensors").write_text(str(number))
+    (path / "episodes").mkdir(exist_ok=True)
+    for i in range(number):
+        (path / "episodes" / f"{i:06d}-16.npz").touch()
+    with open(path / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"episode": number, "env_steps": 16 * number, "return": 1.0,
+                            "seconds": 1.0}) + "\n")
 
 
 def _debug(branches, parent, *sets):
@@ -152,6 +164,38 @@ def test_branch_point_refuses_mixed_or_moved_on_parents(branches, tmp_path):
                        match=r"control/seed0 holds a run of another config \(train\.episodes: "
                              r"5 -> 6\)"):
         branches.grid(_debug(branches, parent, "episodes=3"), out)
+
+
+def test_make_branches_copies_every_branch_from_one_checkpoint(branches, tmp_path,
+                                                               monkeypatch):
+    """All branches are copied before any trains; a parent that saves a checkpoint between
+    two copies leaves no branch of the newer one."""
+    from bayes_planet import run as run_lib
+
+    parent = _fake_parent(tmp_path / "parent")
+    config = _debug(branches, parent, "seeds=[0, 1]")
+    runs = branches.grid(config, tmp_path / "out")
+    branches.make_branches(runs[:2], config)
+    for run in runs[:2]:
+        assert json.loads((run["logdir"] / "branch.json").read_text())["episode"] == 3
+        assert (run["logdir"] / "checkpoints" / "ckpt-000003" / "tensors").read_text() == "3"
+        assert len(list((run["logdir"] / "episodes").iterdir())) == 3
+    assert not runs[2]["logdir"].exists()
+    assert [r["branch_point"] for r in branches.grid(config, tmp_path / "out")] == [3] * 4
+    copy = run_lib.branch
+
+    def parent_trains_on(*args):  # the parent saves checkpoint 4 after this copy
+        made = copy(*args)
+        if not (parent / "checkpoints" / "ckpt-000004").exists():
+            _fake_checkpoint(parent, 4)
+        return made
+
+    monkeypatch.setattr(run_lib, "branch", parent_trains_on)
+    with pytest.raises(branches._config.ConfigError,
+                       match=r"^the parent saved checkpoint 4 while the branches were made "
+                             r"from 3: .*horizon3/seed1 would start elsewhere"):
+        branches.make_branches(runs[2:], config)
+    assert (runs[2]["logdir"] / "config.yaml").exists() and not runs[3]["logdir"].exists()
 
 
 @pytest.mark.slow
