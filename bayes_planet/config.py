@@ -157,6 +157,8 @@ def upgrade(data):
       ``exploration_decay_steps``, read only when the final noise is set).
     * before ``planner.latent`` existed, every candidate drew its own latent samples: a
       planner section without the key gets ``latent: sample``.
+    * before ``planner.exploration`` existed, the collection noise had a fixed std: a planner
+      section without the key gets ``exploration: noise``.
     * before ``eval.optimism`` existed, evaluation planned with the collection's
       ``planner.beta`` and ``planner.novelty``: an eval section without the key gets
       ``optimism: true`` where that mattered (a β > 0 or a novelty > 0), else ``false``
@@ -198,6 +200,8 @@ def upgrade(data):
         planner["novelty"] = 0.0
     if isinstance(planner, dict) and "latent" not in planner:
         planner["latent"] = "sample"
+    if isinstance(planner, dict) and "exploration" not in planner:
+        planner["exploration"] = "noise"
     if isinstance(planner, dict) and "exploration_final" not in planner:
         planner["exploration_final"] = None
         planner["exploration_decay_steps"] = (
@@ -253,6 +257,7 @@ _CHOICES = {
     "planner.latent": PLANNER_LATENT,
     "value.latent": ("sample", "mean"),
     "value.replay_loss": ("squared", "self_imitation"),
+    "planner.exploration": ("noise", "spread"),
 }
 
 

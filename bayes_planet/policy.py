@@ -12,8 +12,9 @@ caution, β = 0 with K = 1 is PlaNet). With a `bayes_planet.value.ValueModel` (`
 the rewards are discounted and the critic's value of the last state is added (value-aware
 planning), and rollouts of its policy join the planner's candidates
 (``value.policy_proposals``). The first action of the plan is returned;
-exploration noise (PlaNet: 0.3) is added during collection and the action clipped
-to the spec. With ``planner.warm_start`` the plan is kept in the policy state (``plan``: its
+exploration noise (PlaNet: 0.3) is added during collection — with ``planner.exploration:
+spread``, of std max(the planner's final spread, that noise) per action dimension (TD-MPC) —
+and the action clipped to the spec. With ``planner.warm_start`` the plan is kept in the policy state (``plan``: its
 offset from the action box's middle, so the zero initial state is PlaNet's start) and the next
 step's search starts at it shifted by one step, the new last step at the middle (TD-MPC).
 
@@ -245,13 +246,19 @@ class PlannerPolicy(tf_policy.TFPolicy):
             shifted = tf.concat([policy_state["plan"][:, 1:],
                                  tf.zeros_like(policy_state["plan"][:, :1])], 1)
             initial_mean = middle + shifted
+        spread = self._explore and cfg.exploration == "spread"
         plan = self._plan(objective, cfg[cfg.name], horizon=cfg.horizon,
                           action_dim=wm.action_size, action_low=self._low,
                           action_high=self._high, seed=seed[2], batch_shape=(batch,),
-                          proposals=proposals, initial_mean=initial_mean)
+                          proposals=proposals, initial_mean=initial_mean,
+                          return_spread=spread)
+        std = self._noise
+        if spread:  # TD-MPC: as unsure as the search ended, at least the noise.
+            plan, spread = plan
+            std = tf.maximum(spread[:, 0], self._noise)
         action = plan[:, 0]
         if self._explore:
-            action += self._noise * tf.random.stateless_normal(
+            action += std * tf.random.stateless_normal(
                 tf.shape(action), tf.random.experimental.stateless_fold_in(seed[2], 1))
         action = tf.clip_by_value(action, self._low, self._high)
         new_state = dict({k: self._batched_beliefs(v) for k, v in post.items()}, action=action)

@@ -203,6 +203,7 @@ def test_exploration_noise_falls_linearly_then_stays():
      r"Expected null or a non-negative number. Received: planner.exploration_final=-0.1"),
     (["planner.exploration_final=.nan"], r"planner.exploration_final=nan"),
     (["planner.exploration_final='low'"], r"planner.exploration_final='low'"),
+    (["planner.exploration=wide"], r"planner.exploration='wide'"),
     (["planner.exploration_decay_steps=0"],
      r"Expected a positive integer. Received: planner.exploration_decay_steps=0"),
 ])
@@ -232,6 +233,45 @@ def test_collection_noise_follows_the_set_std(setup):
     assert small != 0 and act(explore) - plan == pytest.approx(2 * small, rel=1e-3)
     with pytest.raises(ValueError, match="explore=False"):
         greedy.set_exploration_noise(0.1)
+
+
+def test_spread_exploration_is_as_wide_as_the_search_ended(setup):
+    """``planner.exploration: spread``: the collected action moves by max(the planner's final
+    std of the first action, the noise) times the normal draw that ``noise`` scales — the
+    same plan, the same draw (seed); the evaluation policy never explores."""
+    from bayes_planet.planners import get
+
+    config, tf_env, model = setup
+    time_step, seed = tf_env.reset(), tf.constant([4, 0])
+    act = lambda policy: float(policy.action(  # noqa: E731
+        time_step, policy.get_initial_state(1), seed=seed).action[0, 0])
+    spread = config_lib.load(["debug"], ["planner.weight_samples=2", "planner.beta=0.5",
+                                         "planner.exploration=spread"]).planner
+    greedy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, spread)
+    noisy = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model,
+                          config.planner, explore=True)
+    wide = PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, spread,
+                         explore=True)
+    plan = act(greedy)
+    assert plan == act(PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model,
+                                     config.planner))  # exploration is collection's only
+    noisy.set_exploration_noise(0.01)
+    draw = (act(noisy) - plan) / 0.01
+    # The planner's own final std for this state: the same call the policy makes.
+    calls = []
+    cem = get("cem")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wide, "_plan", lambda *a, **k: calls.append(cem(*a, **k)) or calls[-1])
+        wide.set_exploration_noise(0.0)
+        moved = act(wide) - plan
+    std = float(calls[0][1][0, 0, 0])
+    assert 0 < std < 1 and moved == pytest.approx(std * draw, rel=1e-3, abs=1e-5)
+    data = config_lib.load(["debug"]).to_dict()
+    del data["planner"]["exploration"]  # a run from before the key: PlaNet's fixed noise
+    assert config_lib.upgrade(data)["planner"]["exploration"] == "noise"
+    wide.set_exploration_noise(5.0)  # the noise as a floor: above every spread
+    assert abs(act(wide) - plan) == pytest.approx(min(abs(5.0 * draw), 1 + abs(plan)), rel=1e-3) \
+        or abs(act(wide)) == 1.0  # clipped to the spec
 
 
 def test_training_sets_the_scheduled_noise_before_each_collected_episode(tmp_path, monkeypatch):

@@ -125,6 +125,25 @@ def test_initial_mean_and_stddev():
     np.testing.assert_allclose(stuck, 0.0, atol=5e-3)
 
 
+def test_final_stddev_is_the_last_elite_spread():
+    """``return_stddev``: the same mean as without it; narrow where the objective tells the
+    candidates apart (a quadratic), as wide as the clipped sampling where it cannot (a
+    constant): with every candidate elite, the std of N(0, 1) clipped to [-1, 1] is 0.7184
+    after one refit, that of N(0, 0.7184²) clipped 0.6148 after two (closed forms; 4 000
+    candidates per step and dim, averaged over 24: Monte Carlo error ≈ 0.002)."""
+    target = targets(4, shape=(1, 1))  # one action: 200 candidates resolve it
+    args = dict(num_candidates=200, top_k=20, iterations=2, seed=3)
+    mean, stddev = cross_entropy_method(quadratic(target), 1, 1, -1.0, 1.0,
+                                        return_stddev=True, **args)
+    np.testing.assert_array_equal(mean, cross_entropy_method(quadratic(target), 1, 1, -1.0,
+                                                             1.0, **args))
+    assert stddev.shape == (1, 1) and float(stddev[0, 0]) < 0.05
+    flat = lambda actions: tf.zeros(actions.shape[:-2])  # noqa: E731
+    _, wide = cross_entropy_method(flat, H, A, -1.0, 1.0, return_stddev=True,
+                                   **dict(args, num_candidates=4000, top_k=4000))
+    assert float(tf.reduce_mean(wide)) == pytest.approx(0.6148, abs=0.008)
+
+
 def test_xla_compiled_and_tf_function():
     target = targets(1)
     objective = quadratic(target)

@@ -35,6 +35,7 @@ def cross_entropy_method(
     batch_shape=(),
     dtype=tf.float32,
     proposals=None,
+    return_stddev=False,
 ):
     """Plans an action sequence with the cross-entropy method (CEM).
 
@@ -78,10 +79,13 @@ def cross_entropy_method(
         proposals: Optional ``[*batch_shape, M, horizon, action_dim]`` extra candidates
             (clipped to the bounds), scored with the sampled ones in every iteration;
             ``top_k <= num_candidates`` still holds.
+        return_stddev: Also return the final ``stddev`` (of the last elite set): how far the
+            search was from settling, wide where the scores do not tell candidates apart
+            (TD-MPC draws its exploratory action from it, Hansen et al., 2022).
 
     Returns:
         The planned action sequence (the final mean), ``[*batch_shape, horizon, action_dim]``,
-        within the bounds.
+        within the bounds; with ``return_stddev``, the pair ``(mean, stddev)`` of that shape.
 
     Raises:
         ValueError: For a non-positive size, ``top_k > num_candidates``, bounds with
@@ -123,25 +127,27 @@ def cross_entropy_method(
         mean, variance = tf.nn.moments(elite_actions, axes=[axis])
         return i + 1, mean, tf.sqrt(variance)
 
-    _, mean, _ = tf.while_loop(
+    _, mean, stddev = tf.while_loop(
         lambda i, *_: i < iterations,
         body,
         (tf.constant(0), mean, stddev),
         maximum_iterations=iterations,
     )
-    return mean
+    return (mean, stddev) if return_stddev else mean
 
 
 @register("cem")
 def plan_cem(objective_fn, settings, horizon, action_dim, action_low, action_high, seed,
-             batch_shape=(), proposals=None, initial_mean=None):
+             batch_shape=(), proposals=None, initial_mean=None, return_spread=False):
     """The agent's ``cem`` planner: `cross_entropy_method` with the ``planner.cem`` settings
-    (``candidates``, ``top_k``, ``iterations``); see `bayes_planet.planners.registry`."""
+    (``candidates``, ``top_k``, ``iterations``); its spread is the final stddev; see
+    `bayes_planet.planners.registry`."""
     return cross_entropy_method(
         objective_fn, horizon=horizon, action_dim=action_dim, action_low=action_low,
         action_high=action_high, num_candidates=settings["candidates"],
         top_k=settings["top_k"], iterations=settings["iterations"], seed=seed,
-        batch_shape=batch_shape, proposals=proposals, initial_mean=initial_mean)
+        batch_shape=batch_shape, proposals=proposals, initial_mean=initial_mean,
+        return_stddev=return_spread)
 
 
 def random_shooting(

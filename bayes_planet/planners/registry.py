@@ -8,13 +8,16 @@ planner is called as::
     plan = planner(objective_fn, settings, horizon=H, action_dim=A, action_low=low,
                    action_high=high, seed=seed, batch_shape=(B,),
                    proposals=None, initial_mean=None)  # -> [B, H, A]
+    plan, spread = planner(..., return_spread=True)      # -> [B, H, A] each
 
 where ``settings`` is its config sub-section (a `Config` or mapping), ``objective_fn`` maps
 candidate action sequences ``[B, N, H, A]`` to scores ``[B, N]`` (higher is better) and
 ``proposals`` is None or ``[B, M, H, A]`` sequences to consider besides the planner's own
 (rollouts of the learned policy, `bayes_planet.value`); ``initial_mean`` is None or ``[B, H,
 A]``, where the search starts (``planner.warm_start``: the last plan shifted by one step) —
-a planner without a search distribution may ignore it.
+a planner without a search distribution may ignore it. With ``return_spread=True`` it also
+returns its spread, ``[B, H, A]``: the std of its final search distribution, how unsure it
+ended about each action (``planner.exploration: spread`` explores with it).
 """
 
 __all__ = ["get", "names", "register"]
