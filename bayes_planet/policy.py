@@ -14,9 +14,10 @@ planning), and rollouts of its policy join the planner's candidates
 (``value.policy_proposals``). The first action of the plan is returned;
 exploration noise (PlaNet: 0.3) is added during collection — with ``planner.exploration:
 spread``, of std max(the planner's final spread, that noise) per action dimension (TD-MPC) —
-and the action clipped to the spec. With ``planner.warm_start`` the plan is kept in the policy state (``plan``: its
-offset from the action box's middle, so the zero initial state is PlaNet's start) and the next
-step's search starts at it shifted by one step, the new last step at the middle (TD-MPC).
+and the action clipped to the spec. With ``planner.warm_start`` the plan is kept in the
+policy state (``plan``: its offset from the action box's middle, so the zero initial state is
+PlaNet's start) and the next step's search starts at it shifted by one step, the new last
+step at the middle (TD-MPC).
 
 An ensemble transition (``model.estimator`` ``rank1`` or ``batch_ensemble``, E members): the
 belief is filtered by every member (policy state ``[E, size]`` per environment, member
@@ -246,14 +247,14 @@ class PlannerPolicy(tf_policy.TFPolicy):
             shifted = tf.concat([policy_state["plan"][:, 1:],
                                  tf.zeros_like(policy_state["plan"][:, :1])], 1)
             initial_mean = middle + shifted
-        spread = self._explore and cfg.exploration == "spread"
+        by_spread = self._explore and cfg.exploration == "spread"
         plan = self._plan(objective, cfg[cfg.name], horizon=cfg.horizon,
                           action_dim=wm.action_size, action_low=self._low,
                           action_high=self._high, seed=seed[2], batch_shape=(batch,),
                           proposals=proposals, initial_mean=initial_mean,
-                          return_spread=spread)
+                          return_spread=by_spread)
         std = self._noise
-        if spread:  # TD-MPC: as unsure as the search ended, at least the noise.
+        if by_spread:  # TD-MPC: as unsure as the search ended, at least the noise.
             plan, spread = plan
             std = tf.maximum(spread[:, 0], self._noise)
         action = plan[:, 0]
