@@ -149,13 +149,16 @@ def test_branch_point_refuses_mixed_or_moved_on_parents(branches, tmp_path):
     runs = {r["variant"]: r for r in branches.grid(config, out)}
     _fake_branch(runs["control"], parent, 3, 5, [0] * 5)
     assert [r["branch_point"] for r in branches.grid(config, out)] == [3, 3]
-    (parent / "checkpoints" / "ckpt-000004").mkdir()  # the parent trained on
+    _fake_checkpoint(parent, 4)  # the parent trained on: the branches made are still read
+    runs = branches.grid(config, out)
+    assert [r["branch_point"] for r in runs] == [3, 3]
     with pytest.raises(branches._config.ConfigError,
-                       match=r"^the parent's newest checkpoint is 4, the branches made start "
-                             r"from 3: new branches \(.*horizon3/seed0, \.\.\.\) would start "
-                             r"elsewhere; give them their own out$"):
-        branches.grid(config, out)
-    _fake_branch(runs["horizon3"], parent, 3, 5, [0] * 5)
+                       match=r"^the parent's newest checkpoint is 4, the branches start from 3: "
+                             r".*horizon3/seed0 would start elsewhere; give the branches still "
+                             r"to make their own out$"):
+        branches.make_branches(runs, config)
+    assert not runs[1]["logdir"].exists()
+    _fake_branch(runs[1], parent, 3, 5, [0] * 5)
     assert [r["branch_point"] for r in branches.grid(config, out)] == [3, 3]  # all made
     other = _fake_parent(tmp_path / "other")
     with pytest.raises(branches._config.ConfigError, match=r"is a branch of .*parent, not of "):
@@ -192,7 +195,7 @@ def test_make_branches_copies_every_branch_from_one_checkpoint(branches, tmp_pat
 
     monkeypatch.setattr(run_lib, "branch", parent_trains_on)
     with pytest.raises(branches._config.ConfigError,
-                       match=r"^the parent saved checkpoint 4 while the branches were made "
+                       match=r"^the parent's newest checkpoint is 4, the branches start "
                              r"from 3: .*horizon3/seed1 would start elsewhere"):
         branches.make_branches(runs[2:], config)
     assert (runs[2]["logdir"] / "config.yaml").exists() and not runs[3]["logdir"].exists()
