@@ -15,8 +15,8 @@ branch's seed and the episode's index)::
 --set <overrides...> --set <the arm's...>``, its output in ``<it>.launch/train.log``, then
 ``bayes-planet eval --episodes <eval.episodes> --set <eval.planning...> --out
 <it>.eval`` (beside the branch). Every branch to train is copied from the parent before the
-first trains, so all start from one checkpoint even while the parent trains on. The launcher is `experiments/agents.py`'s: rerunning the
-command skips finished branches, resumes unfinished ones (the same command resumes a branch)
+first trains, so all start from one checkpoint even while the parent trains on. The
+launcher is `experiments/agents.py`'s: rerunning the command skips finished branches, resumes unfinished ones (the same command resumes a branch)
 and evaluates those without a current ``eval.json``. Seed-major: a partly run grid has every
 arm at its first seeds. Every arm's config is checked before the first launch (a key that a
 branch cannot change, ``bayes_planet.config.BRANCH_FIXED_KEYS``, a non-planning key in
@@ -90,16 +90,14 @@ def parent_config(config):
         raise _config.ConfigError(f"parent: {e}") from None
 
 
-def branch_point(config, logdirs):
+def branch_point(config, parent, previous, logdirs):
     """The parent's episode all branches start from: that of the branches already made
     (their ``branch.json``), else the parent's newest checkpoint. Refuses, in one line,
     branches of another parent or point (a parent that has moved on since the branches were
-    made is refused by `make_branches`, when a branch is to be made: reading them is fine)."""
+    made is refused by `make_branches`, when a branch is to be made: reading them is fine).
+    ``parent``, ``previous``: the parent's logdir and config (`parent_config`)."""
     from bayes_planet.run import Run
 
-    parent, previous = parent_config(config)
-    newest = Run(parent, previous, read_only=True).checkpoints()
-    newest = newest[-1][0] if newest else None
     points = {}
     for logdir in logdirs:
         path = logdir / "branch.json"
@@ -112,11 +110,12 @@ def branch_point(config, logdirs):
     if len(set(points.values())) > 1:
         raise _config.ConfigError(f"the branches in {config['out']} start from different "
                                   f"checkpoints of the parent: {sorted(set(points.values()))}")
-    if not points:
-        if newest is None:
-            raise _config.ConfigError(f"parent: no checkpoint in {parent} to branch from")
-        return newest
-    return next(iter(points.values()))
+    if points:
+        return next(iter(points.values()))
+    checkpoints = Run(parent, previous, read_only=True).checkpoints()
+    if not checkpoints:
+        raise _config.ConfigError(f"parent: no checkpoint in {parent} to branch from")
+    return checkpoints[-1][0]
 
 
 def grid(config, out):
@@ -128,7 +127,7 @@ def grid(config, out):
     parent, previous = parent_config(config)
     cells = [(arm, seed) for seed in config["seeds"] for arm in config["arms"]]
     logdirs = [pathlib.Path(out) / "runs" / arm / f"seed{seed}" for arm, seed in cells]
-    point = branch_point(config, logdirs)
+    point = branch_point(config, parent, previous, logdirs)
     planning = list(config["eval"]["planning"])
     runs = []
     for (arm, seed), logdir in zip(cells, logdirs, strict=True):
