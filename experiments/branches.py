@@ -21,7 +21,8 @@ and evaluates those without a current ``eval.json``. Seed-major: a partly run gr
 arm at its first seeds. Every arm's config is checked before the first launch (a key that a
 branch cannot change, ``bayes_planet.config.BRANCH_FIXED_KEYS``, a non-planning key in
 ``eval.planning``, a logdir holding a run of another config, arms that would start from
-another checkpoint than the branches already made).
+another checkpoint than the branches already made). A larger ``episodes`` trains the
+branches made on, as a larger ``train.episodes`` extends a run.
 
 **Aggregation** (always, also with ``--aggregate-only``): per arm over seeds, the evaluation
 return (each branch's N-episode mean; mean ± std over seeds), the paired difference to the
@@ -146,10 +147,10 @@ def grid(config, out):
                 " are fixed)")
         if (logdir / "config.yaml").exists():
             try:
-                differ = _config.changes(read_config(logdir), branch)
+                differ = config_lib.fixed_changes(read_config(logdir), branch)
             except RunError as e:
                 raise _config.ConfigError(str(e)) from None
-            if differ:
+            if differ:  # a larger ``episodes`` extends a branch, as it extends a run
                 raise _config.ConfigError(
                     f"{logdir} holds a run of another config ({_config.describe_changes(differ)}"
                     "); give this grid its own out or the arms that run was trained with")

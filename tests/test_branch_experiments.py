@@ -163,10 +163,13 @@ def test_branch_point_refuses_mixed_or_moved_on_parents(branches, tmp_path):
     other = _fake_parent(tmp_path / "other")
     with pytest.raises(branches._config.ConfigError, match=r"is a branch of .*parent, not of "):
         branches.grid(_debug(branches, other, "episodes=2"), out)
+    longer = branches.grid(_debug(branches, parent, "episodes=3"), out)  # extends them
+    assert [(r["branch_point"], r["episodes"]) for r in longer] == [(3, 6), (3, 6)]
     with pytest.raises(branches._config.ConfigError,
-                       match=r"control/seed0 holds a run of another config \(train\.episodes: "
-                             r"5 -> 6\)"):
-        branches.grid(_debug(branches, parent, "episodes=3"), out)
+                       match=r"control/seed0 holds a run of another config \(planner\.horizon: "
+                             r"3 -> 4\)"):
+        branches.grid(_debug(branches, parent, "episodes=2",
+                             "overrides=[eval.video=false, planner.horizon=4]"), out)
 
 
 def test_make_branches_copies_every_branch_from_one_checkpoint(branches, tmp_path,
