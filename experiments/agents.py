@@ -246,9 +246,11 @@ def launch(runs, base_presets, parallel=1, say=print, name="agents"):
                 process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                            env=_env())
                 active.append((run, process, log, time.time(), command))
+                point = run.get("branch_point")  # a branch holds its parent's episodes
+                where = (f" (resuming at episode {resumed})" if resumed and resumed != point
+                         else f" (branched at episode {point})" if point else "")
                 say(f"{name}: [{total - len(pending)}/{total}] {run['variant']} seed "
-                    f"{run['seed']}: started" + (f" (resuming at episode {resumed})"
-                                                 if resumed else ""))
+                    f"{run['seed']}: started{where}")
             time.sleep(0.2)
             for item in list(active):
                 run, process, log, start, command = item

@@ -213,6 +213,29 @@ def test_launch_evaluates_each_run_as_it_finishes(agents, tmp_path, monkeypatch)
     assert list(status.values()) == ["trained", "failed (3)", "trained"]
 
 
+def test_launch_says_where_a_run_or_branch_starts(agents, tmp_path, monkeypatch):
+    """A resumed run says its episode; a branch copied at its parent's episode N says it was
+    branched there (not "resuming"), and resuming once it has trained on."""
+    import sys
+
+    monkeypatch.setattr(agents, "train_command", lambda run, presets: [sys.executable, "-c", ""])
+    monkeypatch.setattr(agents, "final_eval", lambda runs, say, name: {})
+    runs = []
+    for seed, on_disk, point in ((0, 0, None), (1, 2, None), (2, 3, 3), (3, 4, 3)):
+        logdir = tmp_path / f"seed{seed}"
+        (logdir / "episodes").mkdir(parents=True)
+        for i in range(on_disk):
+            (logdir / "episodes" / f"{i:06d}-16.npz").touch()
+        runs.append({"logdir": logdir, "variant": "v", "seed": seed, "episodes": 9,
+                     **({"branch_point": point} if point else {})})
+    said = []
+    agents.launch(runs, [], say=said.append)
+    started = [line.split("] ")[1] for line in said if ": started" in line]
+    assert started == ["v seed 0: started", "v seed 1: started (resuming at episode 2)",
+                       "v seed 2: started (branched at episode 3)",
+                       "v seed 3: started (resuming at episode 4)"]
+
+
 # ---------------------------------------------------------------- agents: end to end
 def test_agents_debug_preset(agents, tmp_path):
     """Two tiny `bayes-planet train --preset debug` subprocesses, run side by side."""
