@@ -65,12 +65,13 @@ fills the cells of the grid that have no episodes in ``--out`` with the archived
 runs: they are not trained again and are aggregated with the local ones (status
 ``merged from <file>``). A cell is (task, estimator, β, novelty, weight prior, seed), so a one-task
 archive (written before ``tasks``, with its ``task``) fills its task's cells of a grid of
-several. The archived grid must have the same base presets, overrides and weight priors
-and share a task; a cell archived twice is refused. Each run of ``results.json`` keeps its
-merged training config (archives written before it did are checked by the names above only),
-and fills a cell only if it equals the cell's config: a preset edited since the archive, or
-another ``train.episodes``, is refused naming the keys (a run is extended in its own logdir,
-not through ``merge``). A merged run's probe R² was measured
+several. The archived grid must share a task; a cell archived twice is refused. Each run of
+``results.json`` keeps its merged training config, and fills a cell only if it equals the
+cell's config (read as today's layout, `bayes_planet.config.upgrade`, as a run's is): a
+preset edited since the archive, or another ``train.episodes``, is refused naming the keys
+(a run is extended in its own logdir, not through ``merge``), and the same agent spelled
+with other presets or overrides merges. Archives written before runs kept their config must
+have the same base presets, overrides and weight priors. A merged run's probe R² was measured
 on its own grid's held-out episodes, not on this grid's.
 
 Writes ``config.yaml``, ``results.json``, ``summary.md``, ``tasks_table.md`` and the PNGs
@@ -370,7 +371,12 @@ def archived_runs(config):
         earlier_config = {"weight_priors": ["normal"], **earlier["config"]}
         if "tasks" not in earlier_config:
             earlier_config["tasks"] = [earlier_config["task"]]
-        for key in ("base_presets", "overrides", "weight_priors"):
+        finished = [run for variant in earlier["variants"].values()
+                    for run in variant["runs"].values() if run["finished"]]
+        # Runs that kept their training config are compared by it (`_local`): the same
+        # agent spelled with other presets or overrides merges. Older archives by the names.
+        for key in () if all("config" in r for r in finished) else (
+                "base_presets", "overrides", "weight_priors"):
             if earlier_config[key] != config[key]:
                 raise _config.ConfigError(
                     f"merge: {path} was run with {key}={earlier_config[key]!r}, this grid "
@@ -415,13 +421,15 @@ def _local(runs, archived):
     that kept its training config fills a cell only if it equals the cell's: a one-line
     `ConfigError` naming the differences otherwise (a preset changed since, or another
     ``train.episodes``)."""
+    from bayes_planet import config as config_lib
+
     local = []
     for run in runs:
         earlier = archived.get(run["cell"])
         if earlier is None or episodes_on_disk(run["logdir"]):
             local.append(run)
-        elif "config" in earlier:
-            diff = _config.changes(earlier["config"], run["config"])
+        elif "config" in earlier:  # an older layout reads as today's, as a run's does
+            diff = _config.changes(config_lib.upgrade(earlier["config"]), run["config"])
             if diff:
                 raise _config.ConfigError(
                     f"merge: {run['variant']} seed {run['seed']} ({earlier['status']}) was "

@@ -148,11 +148,15 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
         assert load(agents.CONFIG_PATH, [preset])["weight_priors"] == ["normal"]
     config = load(agents.CONFIG_PATH, ["comparison"])
     archive = tmp_path / "old_results.json"
-    # An archive from before `tasks` and `weight_priors`: one `task`, N(0, 1) priors.
+    # An archive from before `tasks` and `weight_priors` (and before runs kept their config):
+    # one `task`, N(0, 1) priors.
     earlier = {"task": config["tasks"][0],
                **{k: config[k] for k in ("base_presets", "overrides")}}
-    archive.write_text(json.dumps({"config": earlier, "variants": {}}))
-    assert agents.archived_runs({**config, "merge": [str(archive)]}) == {}
+    old_run = {"finished": True, "curves": {"eval_return": [[1000, 1.0]]}}
+    archive.write_text(json.dumps({"config": earlier, "variants": {"deterministic": {
+        "estimator": "deterministic", "beta": 0.0, "runs": {"0": old_run}}}}))
+    assert list(agents.archived_runs({**config, "merge": [str(archive)]})) == [
+        (config["tasks"][0], "deterministic", 0.0, 0.0, "normal", 0)]
     with pytest.raises(agents._config.ConfigError,
                        match=r"weight_priors=\['normal'\], this grid has weight_priors="):
         agents.archived_runs({**config, "merge": [str(archive)],
@@ -331,9 +335,23 @@ def _check_merge_of_archived_runs(agents, archive, variants, out):
         assert v["curves"] == variants[name]["curves"]
         assert v["summary"]["final_eval_return"]["n"] == 1
     errors = agents._config.ConfigError
-    with pytest.raises(errors, match="was run with overrides="):
+    with pytest.raises(errors, match=r"merge: deterministic seed 0 \(merged from .*\) was trained "
+                                     r"with another config than this grid's \(train\.episodes: "
+                                     r"3 -> 4\)"):
         agents.main(["--preset", "debug", "--out", str(out), "--set", merge,
                      "--set", "overrides=[eval.video=false, train.episodes=4]"])
+    # The same agent spelled otherwise (its preset's value as an override), from an archive
+    # of an older layout (a key added since is read as its upgrade's value): merged.
+    earlier = json.loads(archive.read_text())
+    for variant in earlier["variants"].values():
+        del variant["runs"]["0"]["config"]["planner"]["exploration"]
+    older = out.parent / "older_results.json"
+    older.write_text(json.dumps(earlier))
+    respelled = agents.main(["--preset", "debug", "--out", str(out), "--set", f"merge=[{older}]",
+                             "--set", "overrides=[eval.video=false, train.episodes=3]"])
+    assert [v["runs"]["0"]["status"] for v in respelled["variants"].values()] == [
+        f"merged from {older}"] * len(variants)
+    assert not (out / "runs").exists()
     with pytest.raises(errors, match="deterministic seed 0 is archived twice"):
         agents.main(["--preset", "debug", "--out", str(out), "--set",
                      f"merge=[{archive}, {archive}]"])
