@@ -375,12 +375,12 @@ def archived_runs(config):
                     for run in variant["runs"].values() if run["finished"]]
         # Runs that kept their training config are compared by it (`_local`): the same
         # agent spelled with other presets or overrides merges. Older archives by the names.
-        for key in () if all("config" in r for r in finished) else (
-                "base_presets", "overrides", "weight_priors"):
-            if earlier_config[key] != config[key]:
-                raise _config.ConfigError(
-                    f"merge: {path} was run with {key}={earlier_config[key]!r}, this grid "
-                    f"has {key}={config[key]!r}")
+        if not all("config" in run for run in finished):
+            for key in ("base_presets", "overrides", "weight_priors"):
+                if earlier_config[key] != config[key]:
+                    raise _config.ConfigError(
+                        f"merge: {path} was run with {key}={earlier_config[key]!r}, this grid "
+                        f"has {key}={config[key]!r}")
         if not set(earlier_config["tasks"]) & set(config["tasks"]):
             raise _config.ConfigError(f"merge: {path} was run with tasks="
                                       f"{earlier_config['tasks']!r}, this grid has tasks="

@@ -122,7 +122,6 @@ def branch_point(config, parent, previous, logdirs):
 def grid(config, out):
     """Every branch (arm × seed, seed-major) with its commands and validated config."""
     from bayes_planet import config as config_lib
-    from bayes_planet.run import RunError, read_config
 
     check(config)
     parent, previous = parent_config(config)
@@ -145,15 +144,7 @@ def grid(config, out):
                 f"arm {arm}: a branch keeps its parent's data and model, but it changes "
                 f"{_config.describe_changes(fixed)} ({', '.join(config_lib.BRANCH_FIXED_KEYS)}"
                 " are fixed)")
-        if (logdir / "config.yaml").exists():
-            try:
-                differ = config_lib.fixed_changes(read_config(logdir), branch)
-            except RunError as e:
-                raise _config.ConfigError(str(e)) from None
-            if differ:  # a larger ``episodes`` extends a branch, as it extends a run
-                raise _config.ConfigError(
-                    f"{logdir} holds a run of another config ({_config.describe_changes(differ)}"
-                    "); give this grid its own out or the arms that run was trained with")
+        agents.check_existing_run(logdir, branch)  # a larger ``episodes`` extends a branch
         command = [sys.executable, "-m", "bayes_planet.cli", "train", "--branch-from",
                    str(parent), "--logdir", str(logdir), "--quiet"]
         for item in sets:
