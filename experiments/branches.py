@@ -16,8 +16,8 @@ branch's seed and the episode's index)::
 ``bayes-planet eval --episodes <eval.episodes> --set <eval.planning...> --out
 <it>.eval`` (beside the branch). Every branch to train is copied from the parent before the
 first trains, so all start from one checkpoint even while the parent trains on. The
-launcher is `experiments/agents.py`'s: rerunning the command skips finished branches, resumes unfinished ones (the same command resumes a branch)
-and evaluates those without a current ``eval.json``. Seed-major: a partly run grid has every
+launcher is `experiments/agents.py`'s: rerunning the command skips finished branches,
+resumes unfinished ones and evaluates those without a current ``eval.json``. Seed-major: a partly run grid has every
 arm at its first seeds. Every arm's config is checked before the first launch (a key that a
 branch cannot change, ``bayes_planet.config.BRANCH_FIXED_KEYS``, a non-planning key in
 ``eval.planning``, a logdir holding a run of another config, arms that would start from
