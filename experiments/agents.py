@@ -373,7 +373,7 @@ def archived_runs(config):
             earlier_config["tasks"] = [earlier_config["task"]]
         finished = [run for variant in earlier["variants"].values()
                     for run in variant["runs"].values() if run["finished"]]
-        # Runs that kept their training config are compared by it (`_local`): the same
+        # Runs that kept their training config are compared by it (`local_runs`): the same
         # agent spelled with other presets or overrides merges. Older archives by the names.
         if not all("config" in run for run in finished):
             for key in ("base_presets", "overrides", "weight_priors"):
@@ -416,7 +416,7 @@ def only_variants(runs, names):
     return [run for run in runs if run["variant"] in names]
 
 
-def _local(runs, archived):
+def local_runs(runs, archived):
     """The runs to train or probe here: those not filled by an archived run. An archived run
     that kept its training config fills a cell only if it equals the cell's: a one-line
     `ConfigError` naming the differences otherwise (a preset changed since, or another
@@ -575,7 +575,7 @@ def stats(values):
 def aggregate(config, out, runs, status=None, archived=None):
     out = pathlib.Path(out)
     archived = archived or {}
-    local = _local(runs, archived)
+    local = local_runs(runs, archived)
     results = {"config": config, "variants": {}}
     for variant in variants(config):
         name = variant["name"]
@@ -718,7 +718,7 @@ def main(argv=None):
     _config.save_dict(config, out)
     status = None
     if not args.aggregate_only:
-        local = _local(picked, archived)
+        local = local_runs(picked, archived)
         status = launch(local, config["base_presets"], config["parallel"])
         if config["probe"]["enabled"]:
             probe(local, config, out)

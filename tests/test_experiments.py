@@ -163,6 +163,27 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
                               "weight_priors": ["scale_mixture"]})
 
 
+def test_every_agent_preset_builds_and_its_archives_fill_their_cells(agents, tmp_path):
+    """Each preset of experiments/agents.yaml (and the documented pair sparse,pendulum)
+    validates every run's training config, and the archives a preset merges still fill
+    their cells: a preset or configs.yaml edited so that an archived run no longer is the
+    agent the preset names fails here, naming the keys, not when someone reruns it."""
+    load = agents._config.load_dict
+    names = agents._config.presets(agents.CONFIG_PATH)
+    assert {"tasks", "proprio_mf", "sparse", "pendulum", "debug"} <= set(names)
+    filled = {}
+    for presets in [[name] for name in names] + [["sparse", "pendulum"]]:
+        config = load(agents.CONFIG_PATH, presets)
+        runs = agents.grid(config, tmp_path / "_".join(presets))
+        archived = agents.archived_runs(config)
+        local = agents.local_runs(runs, archived)
+        assert set(archived) <= {run["cell"] for run in runs}, presets
+        assert len(local) == len(runs) - len(archived), presets
+        filled["_".join(presets)] = len(archived)
+    # proprio_mf: the deterministic seeds 0-2 and mean-field seeds 0-1 are archived runs.
+    assert filled["proprio_mf"] >= 5
+
+
 def test_agent_grid_validates_every_run_before_launching(agents, tmp_path):
     from bayes_planet.yaml_config import ConfigError
 
