@@ -124,6 +124,7 @@ def branch(parent, logdir, config):
         _atomic_write(temp / "metrics.jsonl", "".join(json_row(r) + "\n" for r in rows))
         _atomic_write(temp / "branch.json", json.dumps({
             "parent": str(parent.resolve()), "episode": number,
+            "updates": _updates_at(rows, number, previous),
             "changes": [list(c) for c in yaml_config.changes(previous, config)]}, indent=1))
         _atomic_write(temp / "config.yaml", yaml_config.dump(config))
         fault_point("branch_copy")
@@ -135,6 +136,16 @@ def branch(parent, logdir, config):
         shutil.rmtree(temp, ignore_errors=True)
         raise
     return number
+
+
+def _updates_at(rows, number, parent_config):
+    """The parent's gradient updates at its checkpoint ``number``: its metrics row there (what
+    the checkpoint holds), else what its schedule had done by then."""
+    for row in rows:
+        if row["episode"] == number and "updates" in row:
+            return int(row["updates"])
+    t = parent_config.train
+    return max(0, number - t.seed_episodes) * t.updates_per_episode
 
 
 class RunError(ValueError):
@@ -273,6 +284,23 @@ class Run:
         self._writer = None
         if not self.read_only:
             self._prepare_writer()
+
+    def branch_point(self):
+        """``(episode, updates)``: where this run branched from its parent (`branch`) and the
+        parent's update count there; None if it is not a branch. A branch made before
+        ``branch.json`` kept the count gets its parent's schedule (the parent's
+        ``train.seed_episodes`` and ``train.updates_per_episode``, from its changes)."""
+        path = self.logdir / "branch.json"
+        if not path.exists():
+            return None
+        record = json.loads(path.read_text())
+        if "updates" not in record:
+            parent = {key: old for key, old, _ in record["changes"]}
+            t = self.config.train
+            seed_episodes = parent.get("train.seed_episodes", t.seed_episodes)
+            per_episode = parent.get("train.updates_per_episode", t.updates_per_episode)
+            record["updates"] = max(0, record["episode"] - seed_episodes) * per_episode
+        return int(record["episode"]), int(record["updates"])
 
     # -- opening ------------------------------------------------------------------------------
     def _prepare_writer(self):

@@ -37,7 +37,27 @@ from bayes_planet.policy import exploration_noise
 from bayes_planet.run import NonFiniteError, read_metrics
 from bayes_planet.world_model import as_batch
 
-__all__ = ["Trainer", "learning_curve_figure", "plot_learning_curve"]
+__all__ = ["Trainer", "learning_curve_figure", "plot_learning_curve", "target_updates"]
+
+
+def target_updates(episode_index, train, branch_point=None):
+    """Gradient updates done once the training phase before episode ``episode_index`` (from 0)
+    has run: ``train.updates_per_episode`` before each episode from ``train.seed_episodes`` on.
+
+    A branch (``branch_point``: the episode ``b`` it branched at and its parent's update count
+    ``u`` there, `bayes_planet.run.Run.branch_point`) starts from ``u`` and adds its own
+    ``updates_per_episode`` from episode ``b`` on, so a branch that changes the rate does not
+    redo the parent's episodes at its own. Episodes before ``b`` are trained again only if its
+    copied checkpoint was lost: then the parent's ``u`` is spread evenly over them (exactly
+    its schedule for a parent that kept one rate).
+    """
+    s, per_episode = train.seed_episodes, train.updates_per_episode
+    if branch_point is None:
+        return max(0, episode_index - s + 1) * per_episode
+    b, u = branch_point
+    if episode_index >= b:
+        return u + max(0, episode_index - max(b, s) + 1) * per_episode
+    return u * max(0, episode_index - s + 1) // (b - s) if b > s else 0
 
 
 class Trainer:
@@ -53,12 +73,12 @@ class Trainer:
 
     def __init__(self, config, logdir):
         self.agent = Agent(logdir, config)
+        self.branch_point = self.agent.run.branch_point()
 
     # -- phases ------------------------------------------------------------------------------
     def target_updates(self, episode_index):
         """Updates done once the training phase before episode ``episode_index`` has run."""
-        c = self.agent.config.train
-        return max(0, episode_index - c.seed_episodes + 1) * c.updates_per_episode
+        return target_updates(episode_index, self.agent.config.train, self.branch_point)
 
     def train(self, num_updates, num_episodes=None):
         """``num_updates`` gradient steps on chunks of the oldest ``num_episodes`` episodes.

@@ -237,11 +237,43 @@ def test_a_branch_is_a_copy_of_its_parent_at_its_checkpoint_with_the_new_config(
     assert [p.name for p in (branch / "checkpoints").iterdir()] == ["ckpt-000003"]
     assert _rows(branch) == _rows(reference)
     assert config_lib.read(branch / "config.yaml") == config
+    updates = _rows(reference)[2]["updates"]  # The parent's, at its checkpoint 3.
+    assert updates == 3
     assert json.loads(copied["branch.json"]) == {
-        "parent": str(reference.resolve()), "episode": 3,
+        "parent": str(reference.resolve()), "episode": 3, "updates": updates,
         "changes": [["train.episodes", 3, 5], ["train.updates_per_episode", 3, 1]]}
+    assert run_lib.Run(branch, config, read_only=True).branch_point() == (3, updates)
     assert run_lib.branch(reference, branch, config) is None
     assert _snapshot(branch) == copied and _snapshot(reference) == before
+    # A branch.json from before the count was kept: the parent's schedule, from its changes.
+    old = tmp_path / "old_branch"
+    old.mkdir()
+    (old / "branch.json").write_text(json.dumps({
+        "parent": str(reference), "episode": 3,
+        "changes": [["train.updates_per_episode", 3, 1]]}))
+    assert run_lib.Run(old, config, read_only=True).branch_point() == (3, 3)
+    assert run_lib.Run(reference, config, read_only=True).branch_point() is None
+
+
+def test_target_updates_of_a_run_and_of_a_branch_that_changes_the_rate():
+    """A branch keeps its parent's count at the branch point and adds its own rate from there
+    (not its rate over all the parent's episodes: walker-walk branched at 44 episodes of 100
+    updates into 250 would have redone 6100 updates first); a lost branch checkpoint spreads
+    the parent's count over the parent's episodes."""
+    from types import SimpleNamespace
+
+    from bayes_planet.training import target_updates
+
+    train = SimpleNamespace(seed_episodes=5, updates_per_episode=100)
+    assert [target_updates(k, train) for k in (0, 4, 5, 43)] == [0, 0, 100, 3900]
+    branch = SimpleNamespace(seed_episodes=5, updates_per_episode=250)
+    point = (44, target_updates(43, train))
+    assert [target_updates(k, branch, point) for k in (44, 45, 54)] == [4150, 4400, 6650]
+    # Before the branch point (its checkpoint lost): the parent's own schedule, exactly.
+    assert [target_updates(k, branch, point) for k in range(44)] == [
+        target_updates(k, train) for k in range(44)]
+    # Branched during the seed episodes: its own rate from seed_episodes on.
+    assert [target_updates(k, branch, (3, 0)) for k in (2, 3, 4, 5, 6)] == [0, 0, 0, 250, 500]
 
 
 @pytest.mark.slow  # five debug trainings; the copy itself is checked above
@@ -271,7 +303,7 @@ def test_a_branch_continues_its_parent_exactly_and_a_killed_copy_is_redone(refer
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     record = json.loads((branch / "branch.json").read_text())
-    assert record == {"parent": str(parent.resolve()), "episode": 2,
+    assert record == {"parent": str(parent.resolve()), "episode": 2, "updates": 0,
                       "changes": [["train.episodes", 2, 3]]}
     again = _branch(parent, branch, "train.episodes=3")  # Resumes the finished branch.
     assert again.returncode == 0 and _rows(branch) == _rows(reference), again.stderr[-2000:]
@@ -280,8 +312,8 @@ def test_a_branch_continues_its_parent_exactly_and_a_killed_copy_is_redone(refer
     result = _branch(parent, changed, "train.episodes=3", "train.updates_per_episode=1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert config_lib.read(changed / "config.yaml").train.updates_per_episode == 1
-    rows = _rows(changed)
-    assert rows[:2] == _rows(parent) and rows[2]["updates"] != _rows(reference)[2]["updates"]
+    rows = _rows(changed)  # Its own rate from the branch point: 1 update, not 3.
+    assert rows[:2] == _rows(parent) and rows[2]["updates"] == rows[1]["updates"] + 1 == 1
     assert _snapshot(parent) == before
 
 
