@@ -11,7 +11,7 @@ scripts). `bayes_planet.agent.Agent` opens the `Run` and assembles what lives in
     <logdir>/checkpoints/ckpt-NNNNNN/   model, optimizer and counters after NNNNNN episodes
     <logdir>/metrics.jsonl      one JSON row per collected episode (valid JSON, no NaN)
     <logdir>/events.*, videos/, learning_curve.png
-    <logdir>/branch.json        a branch's parent, episode and changes (`branch`)
+    <logdir>/branch.json        a branch's parent, episode, update count and changes (`branch`)
 
 Guarantees (what a writer does when it opens, in this order; `Agent` validates the whole
 config, types, ranges, the task and the model's fit to the environment, before it opens the
@@ -82,7 +82,8 @@ def branch(parent, logdir, config):
 
     The copy is assembled in a temporary folder beside ``logdir`` and renamed into place, so
     a killed branch leaves no half-copied run (its temporary folder is removed by the next
-    try). ``<logdir>/branch.json`` records the parent, the episode and the changes. A
+    try). ``<logdir>/branch.json`` records the parent, the episode, the parent's update count
+    there (the branch adds its own ``train.updates_per_episode`` from it) and the changes. A
     ``logdir`` that already holds a run is left alone (the trainer resumes it). Returns the
     episode the branch starts from, or None if ``logdir`` already held a run. One-line
     `RunError`s: no run or checkpoint in ``parent``, a fixed key changed, ``logdir`` neither
