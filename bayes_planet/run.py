@@ -125,7 +125,8 @@ def branch(parent, logdir, config):
         _atomic_write(temp / "metrics.jsonl", "".join(json_row(r) + "\n" for r in rows))
         _atomic_write(temp / "branch.json", json.dumps({
             "parent": str(parent.resolve()), "episode": number,
-            "updates": _updates_at(rows, number, previous),
+            "updates": _updates_at(rows, number, previous.train.seed_episodes,
+                                   previous.train.updates_per_episode),
             "changes": [list(c) for c in yaml_config.changes(previous, config)]}, indent=1))
         _atomic_write(temp / "config.yaml", yaml_config.dump(config))
         fault_point("branch_copy")
@@ -139,14 +140,13 @@ def branch(parent, logdir, config):
     return number
 
 
-def _updates_at(rows, number, parent_config):
+def _updates_at(rows, number, seed_episodes, updates_per_episode):
     """The parent's gradient updates at its checkpoint ``number``: its metrics row there (what
     the checkpoint holds), else what its schedule had done by then."""
     for row in rows:
         if row["episode"] == number and "updates" in row:
             return int(row["updates"])
-    t = parent_config.train
-    return max(0, number - t.seed_episodes) * t.updates_per_episode
+    return max(0, number - seed_episodes) * updates_per_episode
 
 
 class RunError(ValueError):
@@ -298,9 +298,9 @@ class Run:
         if "updates" not in record:
             parent = {key: old for key, old, _ in record["changes"]}
             t = self.config.train
-            seed_episodes = parent.get("train.seed_episodes", t.seed_episodes)
-            per_episode = parent.get("train.updates_per_episode", t.updates_per_episode)
-            record["updates"] = max(0, record["episode"] - seed_episodes) * per_episode
+            record["updates"] = _updates_at(
+                [], record["episode"], parent.get("train.seed_episodes", t.seed_episodes),
+                parent.get("train.updates_per_episode", t.updates_per_episode))
         return int(record["episode"]), int(record["updates"])
 
     # -- opening ------------------------------------------------------------------------------
