@@ -142,22 +142,25 @@ def test_only_trains_a_subset_under_the_full_grids_names(agents, tmp_path):
     assert not (tmp_path / "grid").exists()
 
 
-def test_pendulum_preset_is_the_sparse_grid_on_pendulum(agents, tmp_path):
-    """`--preset sparse,pendulum`: the sparse grid's variants on pendulum-swingup, runs the
-    trainer accepts, and a coverage grid of columns the pendulum's physics has."""
+@pytest.mark.parametrize("preset, task, grids", [("pendulum", "pendulum-swingup", ["pole"]),
+                                                  ("finger", "finger-spin", ["spinner"])])
+def test_sparse_task_presets_are_the_sparse_grid_on_their_task(agents, tmp_path, preset, task,
+                                                               grids):
+    """`--preset sparse,pendulum` and `sparse,finger`: the sparse grid's variants on their
+    task, runs the trainer accepts, and coverage grids of columns the task's physics has."""
     from bayes_planet import config as config_lib
     from bayes_planet import envs
 
-    config = _load(agents, ["sparse", "pendulum"])
+    config = _load(agents, ["sparse", preset])
     runs = agents.grid(config, tmp_path)
     assert {r["variant"] for r in runs} == {f"reparameterization_novelty{n}"
                                             for n in ("0", "10", "100")}
-    assert all("task=pendulum-swingup" in r["sets"] for r in runs)
+    assert all(f"task={task}" in r["sets"] for r in runs)
     config_lib.validate(config_lib.load(config["base_presets"], runs[0]["sets"]))
-    env = envs.make("pendulum-swingup", obs_type="state")
+    env = envs.make(task, obs_type="state")
     env.reset()
     width = env.true_state()["physics_state"].size  # the replay's `physics` row
-    assert [g["name"] for g in config["coverage"]["grids"]] == ["pole"]
+    assert [g["name"] for g in config["coverage"]["grids"]] == grids
     assert all(max(g["columns"]) < width for g in config["coverage"]["grids"])
 
 

@@ -164,15 +164,16 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
 
 
 def test_every_agent_preset_builds_and_its_archives_fill_their_cells(agents, tmp_path):
-    """Each preset of experiments/agents.yaml (and the documented pair sparse,pendulum)
+    """Each preset of experiments/agents.yaml (and the documented pairs sparse,pendulum and
+    sparse,finger)
     validates every run's training config, and the archives a preset merges still fill
     their cells: a preset or configs.yaml edited so that an archived run no longer is the
     agent the preset names fails here, naming the keys, not when someone reruns it."""
     load = agents._config.load_dict
     names = agents._config.presets(agents.CONFIG_PATH)
-    assert {"tasks", "proprio_mf", "sparse", "pendulum", "debug"} <= set(names)
+    assert {"tasks", "proprio_mf", "sparse", "pendulum", "finger", "debug"} <= set(names)
     filled = {}
-    for presets in [[name] for name in names] + [["sparse", "pendulum"]]:
+    for presets in [[name] for name in names] + [["sparse", "pendulum"], ["sparse", "finger"]]:
         config = load(agents.CONFIG_PATH, presets)
         runs = agents.grid(config, tmp_path / "_".join(presets))
         archived = agents.archived_runs(config)
