@@ -105,6 +105,8 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"expected a positive integer. Received: --episodes {args.episodes}")
+    if args.seed < 0:
+        parser.error(f"expected a non-negative integer. Received: --seed {args.seed}")
     for task in args.tasks:  # An unknown task fails before any episode runs.
         try:
             envs.resolve_task(task)

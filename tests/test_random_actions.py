@@ -89,6 +89,7 @@ def test_episodes_are_reproducible_and_every_noise_meets_the_same_starts(random_
 def test_bad_input_is_one_line(random_actions, capsys):
     for argv, message in [(["--tasks", "nope"], "unknown task. Received: --tasks nope"),
                           (["--episodes", "0"], "Received: --episodes 0"),
+                          (["--seed", "-1"], "Received: --seed -1"),
                           (["--stds", "0"], "Received: --stds 0")]:
         with pytest.raises(SystemExit):
             random_actions.main(argv)
