@@ -8,7 +8,7 @@ action repeat, as the agent's actions are): ``0.3`` is PlaNet's collection noise
 plan that has nothing to go on, ``inf`` the limit of random signs (bang-bang), ``uniform``
 U(-1, 1), the agent's seed episodes. Run::
 
-    python experiments/random_actions.py          # the tasks grid's six and the sparse ones
+    python experiments/random_actions.py          # PlaNet's six tasks and two sparse ones
     python experiments/random_actions.py --tasks finger-spin --episodes 50 --out /tmp/ra
 
 Prints a Markdown table (per task and noise: mean return ± std over episodes, the largest,
@@ -27,8 +27,9 @@ import numpy as np
 
 from bayes_planet import envs, seeds
 
-TASKS = ("cartpole-swingup", "reacher-easy", "finger-spin", "ball_in_cup-catch",
-         "cheetah-run", "walker-walk", "cartpole-swingup_sparse", "pendulum-swingup")
+#: PlaNet's six (the tasks grid's), by their canonical names, and issue #26's two sparse ones.
+TASKS = tuple("-".join(envs.resolve_task(t)) for t in envs.PLANET_TASKS) + (
+    "cartpole-swingup_sparse", "pendulum-swingup")
 NOISES = ("0.3", "0.5", "1", "2", "inf", "uniform")
 
 
