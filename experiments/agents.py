@@ -12,8 +12,9 @@ the grid comes from presets in ``agents.yaml``::
     python experiments/agents.py --preset sparse                     # novelty on a sparse task
     python experiments/agents.py --preset debug --out /tmp/agents    # seconds per run
 
-**Runs.** One ``bayes-planet train`` subprocess per (task, estimator, β, novelty, weight prior,
-seed) of ``tasks`` × ``estimators`` × ``betas`` × ``novelties`` × ``weight_priors`` × the task's
+**Runs.** One ``bayes-planet train`` subprocess per (task, estimator, β, novelty, value novelty,
+weight prior, seed) of ``tasks`` × ``estimators`` × ``betas`` × ``novelties`` ×
+``value_novelties`` × ``weight_priors`` × the task's
 seeds (``seeds``, or its entry of ``seeds_per_task``), in ``<out>/runs/<variant>/seed<seed>/`` for one task and
 ``<out>/runs/<task>/<variant>/seed<seed>/`` for several (the variant is then named
 ``<task>/<variant>`` everywhere), with its output in ``train.log`` and the launcher's
@@ -63,7 +64,8 @@ run's curves and numbers, so archiving it (``experiments/figures/<grid>_results.
 naming it in ``merge`` (``--set 'merge=[experiments/figures/exploration_results.json]'``)
 fills the cells of the grid that have no episodes in ``--out`` with the archived finished
 runs: they are not trained again and are aggregated with the local ones (status
-``merged from <file>``). A cell is (task, estimator, β, novelty, weight prior, seed), so a one-task
+``merged from <file>``). A cell is (task, estimator, β, novelty, value novelty, weight prior,
+seed), so a one-task
 archive (written before ``tasks``, with its ``task``) fills its task's cells of a grid of
 several. The archived grid must share a task; a cell archived twice is refused. Each run of
 ``results.json`` keeps its merged training config, and fills a cell only if it equals the
@@ -117,27 +119,31 @@ def task_seeds(config):
 
 
 def variants(config):
-    """``[{name, label, task, estimator, beta, novelty, weight_prior}]``: the product of tasks,
-    estimators, betas, novelties (``planner.novelty``) and weight priors
-    (``model.weight_prior``). ``label`` names the variant
-    within a task; ``name`` is the label, ``<task>/<label>`` in a grid of several tasks."""
+    """``[{name, label, task, estimator, beta, novelty, value_novelty, weight_prior}]``: the
+    product of tasks, estimators, betas, novelties (``planner.novelty``), value novelties
+    (``value.novelty``) and weight priors (``model.weight_prior``). ``label`` names the
+    variant within a task; ``name`` is the label, ``<task>/<label>`` in a grid of several
+    tasks."""
     estimators, betas = list(config["estimators"]), [float(b) for b in config["betas"]]
     novelties = [float(n) for n in config["novelties"]]
+    value_novelties = [float(n) for n in config["value_novelties"]]
     priors, tasks = list(config["weight_priors"]), list(task_seeds(config))
-    if not estimators or not betas or not novelties or not priors:
-        raise _config.ConfigError("expected at least one estimator, beta, novelty and weight "
-                                  f"prior; received {estimators}, {betas}, {novelties}, {priors}")
+    if not estimators or not betas or not novelties or not value_novelties or not priors:
+        raise _config.ConfigError(
+            "expected at least one estimator, beta, novelty, value novelty and weight prior; "
+            f"received {estimators}, {betas}, {novelties}, {value_novelties}, {priors}")
     out = []
-    for task, estimator, beta, novelty, prior in itertools.product(tasks, estimators, betas,
-                                                                   novelties, priors):
+    for task, estimator, beta, novelty, value_novelty, prior in itertools.product(
+            tasks, estimators, betas, novelties, value_novelties, priors):
         parts = [estimator] if len(estimators) > 1 or len(betas) == 1 else []
         parts += [f"beta{beta:g}"] if len(betas) > 1 else []
         parts += [f"novelty{novelty:g}"] if len(novelties) > 1 else []
+        parts += [f"value_novelty{value_novelty:g}"] if len(value_novelties) > 1 else []
         parts += [prior] if len(priors) > 1 else []
         label = "_".join(parts)
         out.append({"name": f"{task}/{label}" if len(tasks) > 1 else label, "label": label,
                     "task": task, "estimator": estimator, "beta": beta, "novelty": novelty,
-                    "weight_prior": prior})
+                    "value_novelty": value_novelty, "weight_prior": prior})
     return out
 
 
@@ -154,6 +160,7 @@ def grid(config, out):
         sets = [f"task={variant['task']}", f"seed={seed}",
                 f"model.estimator={variant['estimator']}",
                 f"planner.beta={variant['beta']}", f"planner.novelty={variant['novelty']}",
+                f"value.novelty={variant['value_novelty']}",
                 f"model.weight_prior={variant['weight_prior']}", *config["overrides"]]
         train_config = config_lib.validate(config_lib.load(config["base_presets"], sets))
         logdir = pathlib.Path(out) / "runs" / variant["name"] / f"seed{seed}"
@@ -192,7 +199,8 @@ def check_existing_run(logdir, train_config):
 def cell(variant, seed):
     """What identifies a run across grids (and archives): task, model, planner and seed."""
     return (variant["task"], variant["estimator"], float(variant["beta"]),
-            float(variant["novelty"]), variant["weight_prior"], int(seed))
+            float(variant["novelty"]), float(variant["value_novelty"]), variant["weight_prior"],
+            int(seed))
 
 
 def train_command(run, base_presets):
@@ -386,8 +394,9 @@ def archived_runs(config):
                                       f"{earlier_config['tasks']!r}, this grid has tasks="
                                       f"{config['tasks']!r}")
         for name, variant in earlier["variants"].items():
-            # Before `novelties`, no run had the planner's disagreement bonus.
-            variant = {"task": earlier_config["tasks"][0], "novelty": 0.0,
+            # Before `novelties` (`value_novelties`), no run had the planner's (the critic's)
+            # disagreement bonus.
+            variant = {"task": earlier_config["tasks"][0], "novelty": 0.0, "value_novelty": 0.0,
                        "weight_prior": earlier_config["weight_priors"][0], **variant}
             for seed, run in variant["runs"].items():
                 if not run["finished"]:

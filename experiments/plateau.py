@@ -5,7 +5,7 @@ two for any task from states).
     python experiments/plateau.py scores   --logdir RUN [--episodes 5] [--latent sample|shared|mean]
     python experiments/plateau.py actor    --logdir RUN [--episodes 10]
     python experiments/plateau.py model    --logdir RUN [--episodes 5]     # any state task
-    python experiments/plateau.py novelty  --logdir RUN [--episodes 10]    # any state task
+    python experiments/plateau.py novelty  --logdir RUN [--episodes 10] [--column C]  # any state task
     python experiments/plateau.py value    --logdir RUN [--episodes 20]    # any state task
 
 * ``openloop``: the world model's open-loop error against horizon, from windows of the run's
@@ -31,7 +31,11 @@ two for any task from states).
 * ``novelty``: the scale of ``value.novelty``'s intrinsic reward on a value-aware run with
   weight noise: the disagreement `ValueModel.disagreement` along 15-step imagined rollouts of
   the policy from every 5th posterior state of the last episodes (mean, 90th percentile, max)
-  beside the imagined rewards per decision.
+  beside the imagined rewards per decision. With ``--column C``: where the transition's
+  weight samples disagree in the world, not in imagination: the same d for each replayed
+  step (its posterior state and the action the episode took there), grouped by |physics
+  column C| of the true state (finger-spin: 5, the spinner's angular velocity; its reward
+  needs ≤ −15 rad/s), in bins of its quantiles: is d larger where the behaviour rarely goes?
 
 * ``value``: does a value-aware run's critic guide the planner where its horizon sees no
   reward? On the run's last replay episodes, the critic V of the filtered states against the
@@ -58,6 +62,7 @@ import tensorflow as tf  # noqa: E402
 from bayes_planet import config as config_lib  # noqa: E402
 from bayes_planet import envs, seeds  # noqa: E402
 from bayes_planet.agent import Agent  # noqa: E402
+from bayes_planet.layers import fixed_noise  # noqa: E402
 from bayes_planet.policy import candidate_scores  # noqa: E402
 from bayes_planet.run import RunError  # noqa: E402
 
@@ -219,6 +224,39 @@ def novelty_scale(agent, episodes, horizon=15, every=5):
           f"  (imagined reward per decision: mean {v[:, 3].mean():.3f})")
 
 
+def replay_disagreement(agent, episodes, column, quantiles=(0.5, 0.9, 0.99)):
+    """d of every replayed step (``novelty --column``), grouped by |physics[:, column]|."""
+    wm = agent.model
+    rssm, d, where = wm.rssm, [], []
+    for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
+        physics = np.asarray(episode["physics"])
+        if not 0 <= column < physics.shape[-1]:
+            raise SystemExit(f"novelty: --column expected a physics column in [0, "
+                             f"{physics.shape[-1]}). Received: --column={column}")
+        _, act, post = _filtered(wm, episode, i)
+        # s_t and the action taken there (the replay's action[t + 1] led to obs[t + 1]).
+        start = {k: v[0, :-1] for k, v in post.items()}
+        actions = tf.constant(act[1:])
+        means = []
+        for name in ("plateau_weights_a", "plateau_weights_b"):
+            seed = seeds.tf_seed(0, name, i)
+            with fixed_noise(rssm, seed):
+                means.append(rssm.img_step(start, actions, seed,
+                                           noise=tf.zeros_like(start["stoch"]))["mean"])
+        d.append(tf.reduce_mean(tf.abs(means[0] - means[1]), -1).numpy() / 2)
+        where.append(np.abs(physics[:-1, column]))
+    d, where = np.concatenate(d), np.concatenate(where)
+    edges = [0.0, *np.quantile(where, quantiles), np.inf]
+    print(f"d of the replayed steps ({episodes} episodes, {len(d)} steps) by |physics[{column}]|:"
+          f" mean {d.mean():.4f}")
+    for low, high in zip(edges[:-1], edges[1:], strict=True):
+        inside = (where >= low) & (where < high)
+        if inside.any():
+            print(f"  [{low:8.3g}, {high:8.3g}): {inside.sum():6d} steps  d mean "
+                  f"{d[inside].mean():.4f}  90th percentile {np.percentile(d[inside], 90):.4f}")
+    print(f"  correlation of d with |physics[{column}]|: {_correlation(d, where)}")
+
+
 def _ranks(x):
     return np.argsort(np.argsort(x)).astype(np.float64)
 
@@ -292,6 +330,8 @@ def main(argv=None):
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--episodes", type=int, default=None)
     parser.add_argument("--latent", default="sample", choices=("sample", "shared", "mean"))
+    parser.add_argument("--column", type=int, default=None,
+                        help="novelty: also d of the replayed steps by |this physics column|")
     args = parser.parse_args(argv)
     try:
         agent = Agent(args.logdir, read_only=True)
@@ -303,7 +343,10 @@ def main(argv=None):
     if args.measure == "model":
         return model_errors(agent, args.episodes or 5)
     if args.measure == "novelty":
-        return novelty_scale(agent, args.episodes or 10)
+        novelty_scale(agent, args.episodes or 10)
+        if args.column is not None:
+            replay_disagreement(agent, args.episodes or 10, args.column)
+        return
     if args.measure == "value":
         return value_landscape(agent, args.episodes or 20)
     if agent.config.task.split("-")[0] != "cartpole":

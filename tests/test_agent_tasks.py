@@ -164,6 +164,31 @@ def test_sparse_task_presets_are_the_sparse_grid_on_their_task(agents, tmp_path,
     assert all(max(g["columns"]) < width for g in config["coverage"]["grids"])
 
 
+def test_finger_optimism_grid_crosses_beta_with_the_critics_novelty(agents, tmp_path):
+    """`--preset sparse,finger,finger_optimism`: β ∈ {0, 1} × value.novelty ∈ {0, 30} on
+    finger-spin, planner novelty 0; each run trains with its value.novelty, and a run of
+    the `finger` grid without any bonus is the same cell as beta0_value_novelty0 (the
+    control is not trained twice: its config is the trainer's equal)."""
+    from bayes_planet import config as config_lib
+
+    config = _load(agents, ["sparse", "finger", "finger_optimism"])
+    runs = agents.grid(config, tmp_path)
+    labels = {r["variant"] for r in runs}
+    assert labels == {f"beta{b}_value_novelty{n}" for b in ("0", "1") for n in ("0", "30")}
+    for run in runs:
+        variant = next(v for v in agents.variants(config) if v["name"] == run["variant"])
+        trained = config_lib.validate(config_lib.load(config["base_presets"], run["sets"]))
+        assert trained.value.novelty == variant["value_novelty"]
+        assert trained.planner.beta == variant["beta"] and trained.planner.novelty == 0.0
+        assert trained.task == "finger-spin" and trained.planner.weight_samples == 2
+    control = next(r for r in runs if r["variant"] == "beta0_value_novelty0" and r["seed"] == 0)
+    finger = next(r for r in agents.grid(_load(agents, ["sparse", "finger"]), tmp_path / "f")
+                  if r["variant"] == "reparameterization_novelty0" and r["seed"] == 0)
+    assert control["cell"] == finger["cell"] and control["config"] == finger["config"]
+    with pytest.raises(agents._config.ConfigError, match="value novelty"):
+        agents.variants({**config, "value_novelties": []})
+
+
 # ---------------------------------------------------------------- merging archives
 ARCHIVES = {"comparison": "comparison", "comparison_fl": "comparison", "priors": "priors",
             "exploration": "exploration"}

@@ -156,7 +156,7 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
     archive.write_text(json.dumps({"config": earlier, "variants": {"deterministic": {
         "estimator": "deterministic", "beta": 0.0, "runs": {"0": old_run}}}}))
     assert list(agents.archived_runs({**config, "merge": [str(archive)]})) == [
-        (config["tasks"][0], "deterministic", 0.0, 0.0, "normal", 0)]
+        (config["tasks"][0], "deterministic", 0.0, 0.0, 0.0, "normal", 0)]  # no bonus either
     with pytest.raises(agents._config.ConfigError,
                        match=r"weight_priors=\['normal'\], this grid has weight_priors="):
         agents.archived_runs({**config, "merge": [str(archive)],
@@ -164,8 +164,8 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
 
 
 def test_every_agent_preset_builds_and_its_archives_fill_their_cells(agents, tmp_path):
-    """Each preset of experiments/agents.yaml (and the documented pairs sparse,pendulum and
-    sparse,finger)
+    """Each preset of experiments/agents.yaml (and the documented combinations sparse,pendulum,
+    sparse,finger and sparse,finger,finger_optimism)
     validates every run's training config, and the archives a preset merges still fill
     their cells: a preset or configs.yaml edited so that an archived run no longer is the
     agent the preset names fails here, naming the keys, not when someone reruns it."""
@@ -173,7 +173,8 @@ def test_every_agent_preset_builds_and_its_archives_fill_their_cells(agents, tmp
     names = agents._config.presets(agents.CONFIG_PATH)
     assert {"tasks", "proprio_mf", "sparse", "pendulum", "finger", "debug"} <= set(names)
     filled = {}
-    for presets in [[name] for name in names] + [["sparse", "pendulum"], ["sparse", "finger"]]:
+    for presets in [[name] for name in names] + [["sparse", "pendulum"], ["sparse", "finger"],
+                                                 ["sparse", "finger", "finger_optimism"]]:
         config = load(agents.CONFIG_PATH, presets)
         runs = agents.grid(config, tmp_path / "_".join(presets))
         archived = agents.archived_runs(config)
@@ -413,11 +414,16 @@ def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
                            (["actor", "--episodes", "1"], "actor alone, 1 episodes"),
                            (["model", "--episodes", "2"], "open loop, 5 decisions after 5"),
                            (["novelty", "--episodes", "2"], "disagreement d over 15-step"),
+                           (["novelty", "--episodes", "2", "--column", "3"],
+                            "correlation of d with |physics[3]|"),
                            (["value", "--episodes", "2"], "blind states")):
         plateau.main(argv + ["--logdir", str(logdir)])
         out = capsys.readouterr().out
         assert expected in out, (argv, out)
         assert "nan" not in out.replace("states", ""), (argv, out)
+    with pytest.raises(SystemExit, match=r"^novelty: --column expected a physics column in "
+                                         r"\[0, 4\)\. Received: --column=4$"):
+        plateau.main(["novelty", "--episodes", "1", "--column", "4", "--logdir", str(logdir)])
     with pytest.raises(SystemExit, match="openloop: --latent sample or mean"):
         plateau.main(["openloop", "--latent", "shared", "--logdir", str(logdir)])
     with pytest.raises(SystemExit, match=r"^plateau: no run in .*missing \(not a directory\)$"):
