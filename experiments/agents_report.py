@@ -155,6 +155,11 @@ def _band(ax, curve, label, color):
     ax.fill_between(x, m - s, m + s, color=color, alpha=0.2, lw=0)
 
 
+def _ran(variant):
+    """How many of a variant's seeds have evaluations (a grid's later seeds may not have run)."""
+    return sum(bool(run.get("curves", {}).get("eval_return")) for run in variant["runs"].values())
+
+
 def plot_curves(results, out):
     """``learning_curves.png`` and ``weight_kl.png`` (a row, resp. a panel, per task),
     ``coverage.png`` (when enabled) and ``probe.png`` (when probed) into ``out``."""
@@ -170,12 +175,12 @@ def plot_curves(results, out):
         for v in ours:
             for ax, key in zip(row, ("eval_return", "return"), strict=True):
                 if v["curves"].get(key):
-                    _band(ax, v["curves"][key], v["label"], colors[v["label"]])
+                    _band(ax, v["curves"][key], f"{v['label']} (n={_ran(v)})",
+                          colors[v["label"]])
             curve = v["curves"].get("weight_kl")
             if curve and max(curve["mean"]) > 0:  # PlaNet's deterministic transition has none.
                 _band(ax_kl, curve, v["label"], colors[v["label"]])
-        seeds = max(len(v["runs"]) for v in ours)
-        row[0].set(title=f"{task}: evaluation return (mean ± std, {seeds} seeds)",
+        row[0].set(title=f"{task}: evaluation return (mean ± std over n seeds)",
                    xlabel="environment steps", ylabel="return")
         row[1].set(title=f"{task}: collection return (with exploration)",
                    xlabel="environment steps")

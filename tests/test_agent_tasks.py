@@ -311,6 +311,15 @@ def test_tasks_table_rows_and_anchor_columns(report):
     assert any("'final': each run's N-episode evaluation" in line for line in lines)
 
 
+def test_curves_count_the_seeds_that_ran(agents):
+    """The learning curves' legend says over how many seeds each variant's mean is: the seeds
+    with evaluations, not the grid's (a partly run grid's later seeds have none)."""
+    ran = {"curves": {"eval_return": [[1000, 1.0]]}}
+    variant = {"runs": {"0": ran, "1": {"curves": {"eval_return": []}}, "2": {}}}
+    assert agents.report._ran(variant) == 1
+    assert agents.report._ran({"runs": {"0": ran, "1": ran}}) == 2
+
+
 # ---------------------------------------------------------------- end to end
 def _table(path):
     lines = [line for line in pathlib.Path(path).read_text().splitlines()
