@@ -226,8 +226,8 @@ def novelty_scale(agent, episodes, horizon=15, every=5):
 
 def replay_disagreement(agent, episodes, column, quantiles=(0.5, 0.9, 0.99)):
     """d of every replayed step (``novelty --column``), grouped by |physics[:, column]|."""
-    wm = agent.model
-    rssm, d, where = wm.rssm, [], []
+    wm, vm = agent.model, agent.value
+    d, where = [], []
     for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
         physics = np.asarray(episode["physics"])
         if not 0 <= column < physics.shape[-1]:
@@ -237,13 +237,12 @@ def replay_disagreement(agent, episodes, column, quantiles=(0.5, 0.9, 0.99)):
         # s_t and the action taken there (the replay's action[t + 1] led to obs[t + 1]).
         start = {k: v[0, :-1] for k, v in post.items()}
         actions = tf.constant(act[1:])
-        means = []
-        for name in ("plateau_weights_a", "plateau_weights_b"):
-            seed = seeds.tf_seed(0, name, i)
-            with fixed_noise(rssm, seed):
-                means.append(rssm.img_step(start, actions, seed,
-                                           noise=tf.zeros_like(start["stoch"]))["mean"])
-        d.append(tf.reduce_mean(tf.abs(means[0] - means[1]), -1).numpy() / 2)
+        # One step of one weight sample, as a 1-step rollout; `disagreement` draws the other.
+        seed = seeds.tf_seed(0, "plateau_weights_a", i)
+        with fixed_noise(wm.rssm, seed):
+            step = wm.rssm.img_step(start, actions, seed, noise=tf.zeros_like(start["stoch"]))
+        d.append(vm.disagreement(start, {k: x[None] for k, x in step.items()}, actions[None],
+                                 seeds.tf_seed(0, "plateau_weights_b", i)).numpy()[0])
         where.append(np.abs(physics[:-1, column]))
     d, where = np.concatenate(d), np.concatenate(where)
     edges = [0.0, *np.quantile(where, quantiles), np.inf]
