@@ -378,6 +378,9 @@ def validate(config):
              "(planner.weight_samples >= 2 of a Bayesian transition, or an ensemble's members; "
              f"here model.estimator={model['estimator']!r}, planner.weight_samples="
              f"{planner['weight_samples']})", planner["novelty"])
+    if value["novelty"] > 0 and not value["enabled"]:
+        fail("value.novelty", "0 unless value.enabled (it is the critic's intrinsic reward; "
+             "without a critic it would do nothing)", value["novelty"])
     if value["novelty"] > 0 and model["estimator"] in NO_WEIGHT_NOISE:
         fail("value.novelty", "0 unless the transition has weight noise (its disagreement "
              f"between two weight samples is 0 for model.estimator in {list(NO_WEIGHT_NOISE)}; "

@@ -565,13 +565,17 @@ def test_value_novelty_is_checked_and_older_configs_get_zero():
     with pytest.raises(config_lib.ConfigError,
                        match=r"^Expected a non-negative number\. Received: value.novelty=-1\.0$"):
         config_lib.validate(config_lib.load(["debug"], ["value.novelty=-1"]))
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected 0 unless value.enabled .*\. Received: value.novelty=1\.0$"):
+        config_lib.validate(config_lib.load(["debug"], ["value.novelty=1"]))  # no critic
     for estimator in ("deterministic", "batch_ensemble"):
         with pytest.raises(config_lib.ConfigError,
                            match=rf"here model.estimator='{estimator}'\)\. Received: "
                                  r"value.novelty=1\.0$"):
-            config_lib.validate(config_lib.load(["debug"], [f"model.estimator={estimator}",
-                                                            "value.novelty=1"]))
-    config_lib.validate(config_lib.load(["debug"], ["model.estimator=rank1", "value.novelty=1"]))
+            config_lib.validate(config_lib.load(["debug", "value"], [
+                f"model.estimator={estimator}", "value.novelty=1"]))
+    config_lib.validate(config_lib.load(["debug", "value"], ["model.estimator=rank1",
+                                                             "value.novelty=1"]))
     data = config_lib.load(["debug", "value"]).to_dict()
     del data["value"]["novelty"]
     assert config_lib.upgrade(data)["value"]["novelty"] == 0.0
