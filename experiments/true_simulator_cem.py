@@ -66,12 +66,19 @@ def _cartpole_dense_reward(qpos, qvel, ctrl):
     return upright.mean(axis=-1) * small_control * small_velocity * centered
 
 
+def _finger_spin_reward(qpos, qvel, ctrl):
+    """``finger.Spin.get_reward``: 1 while the spinner's hinge turns at 15 rad/s or faster
+    (negative direction; dm_control's ``_SPIN_VELOCITY``); the hinge is the third joint."""
+    return (qvel[..., 2] <= -15.0).astype(np.float64)
+
+
 #: Tasks whose reward is a function of (qpos, qvel, ctrl) evaluated on batches of states.
 VECTORIZED_REWARDS = {
     "cartpole-swingup": _cartpole_dense_reward,
     "cartpole-balance": _cartpole_dense_reward,
     "cartpole-two_poles": _cartpole_dense_reward,
     "cartpole-three_poles": _cartpole_dense_reward,
+    "finger-spin": _finger_spin_reward,
 }
 
 
