@@ -35,9 +35,10 @@ import pathlib
 import sys
 import time
 
-os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# bayes_planet.envs first: it sets up headless rendering before dm_control and mujoco load.
+from bayes_planet.envs import default_action_repeat, resolve_task  # noqa: E402  isort: skip
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 from dm_control import suite  # noqa: E402
@@ -45,13 +46,13 @@ from dm_control.utils import rewards  # noqa: E402
 from mujoco import rollout as mj_rollout  # noqa: E402
 
 FULL_STATE = mujoco.mjtState.mjSTATE_FULLPHYSICS
-TASK_ALIASES = {"cup-catch": "ball_in_cup-catch"}
 
 
 def load_env(task, seed):
-    """``dm_control.suite`` environment for ``'domain-task'`` (e.g. ``cartpole-swingup``)."""
-    domain, _, name = TASK_ALIASES.get(task, task).partition("-")
-    return suite.load(domain, name.replace("-", "_"), task_kwargs={"random": seed})
+    """``dm_control.suite`` environment for a task name of ``bayes_planet.envs``
+    (``'domain-task'``, e.g. ``cartpole-swingup``, or an alias such as ``cup-catch``)."""
+    domain, name = resolve_task(task)
+    return suite.load(domain, name, task_kwargs={"random": seed})
 
 
 # ---------------------------------------------------------------- vectorized task rewards
@@ -204,7 +205,9 @@ def parse_args(argv=None):
                         help="Elite set size (default: candidates // 10, PlaNet's ratio).")
     parser.add_argument("--iterations", type=int, default=6)
     parser.add_argument("--horizon", type=int, default=12)
-    parser.add_argument("--action-repeat", type=int, default=8)
+    parser.add_argument("--action-repeat", type=int, default=None,
+                        help="Env steps per decision (default: PlaNet's for the task, as the "
+                             "agent's env.action_repeat: cartpole 8, finger 2, ...).")
     parser.add_argument("--episodes", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--simulator", choices=("auto", "rollout", "loop"), default="auto")
@@ -222,6 +225,11 @@ def parse_args(argv=None):
         args.max_decisions = args.max_decisions or 3
     if args.top_k is None:
         args.top_k = max(1, args.candidates // 10)
+    if args.action_repeat is None:
+        try:
+            args.action_repeat = default_action_repeat(args.task)
+        except ValueError as e:
+            parser.error(str(e))
     return args
 
 

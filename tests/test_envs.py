@@ -48,13 +48,20 @@ def test_unknown_task_lists_known_tasks():
 )
 def test_planet_defaults(task, repeat):
     env = envs.make(task, obs_type="state")
-    assert env.action_repeat == repeat
+    assert env.action_repeat == repeat == envs.default_action_repeat(task)
     assert env.max_steps == 1000 // repeat
     spec = env.action_spec()
     assert spec.dtype == np.float32
     np.testing.assert_array_equal(spec.minimum, -np.ones(spec.shape, np.float32))
     np.testing.assert_array_equal(spec.maximum, np.ones(spec.shape, np.float32))
     env.close()
+
+
+def test_default_action_repeat_of_other_domains_and_unknown_tasks():
+    assert envs.default_action_repeat("pendulum-swingup") == 2  # Not PlaNet's: the fallback.
+    assert envs.default_action_repeat("cartpole-swingup_sparse") == 8  # By domain.
+    with pytest.raises(ValueError, match="task='finger-spun'"):
+        envs.default_action_repeat("finger-spun")
 
 
 def test_cup_alias_and_suite_names():

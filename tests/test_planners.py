@@ -288,6 +288,18 @@ def test_true_simulator_rollout_matches_dm_control_steps(task, action_repeat, pr
     assert np.std(fast) > 0  # Different sequences, different returns (not all zeros).
 
 
+def test_true_simulator_plans_with_the_agents_action_repeat(capsys):
+    """Without --action-repeat a task is planned with the agent's env steps per decision."""
+    exp = _load_experiment()
+    assert exp.parse_args(["--task", "finger-spin", "--out", "x"]).action_repeat == 2
+    assert exp.parse_args(["--task", "cup-catch", "--out", "x"]).action_repeat == 4
+    assert exp.parse_args(["--task", "finger-spin", "--action-repeat", "3",
+                           "--out", "x"]).action_repeat == 3
+    with pytest.raises(SystemExit):
+        exp.parse_args(["--task", "finger-spun", "--out", "x"])
+    assert "task='finger-spun'" in capsys.readouterr().err
+
+
 def test_true_simulator_debug_run(tmp_path):
     exp = _load_experiment()
     results = exp.main(["--debug", "--seed", "1", "--out", str(tmp_path)])

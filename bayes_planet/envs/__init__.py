@@ -23,6 +23,7 @@ from bayes_planet.envs.dmc import (
     DEFAULT_ACTION_REPEAT,
     PLANET_TASKS,
     DMCEnv,
+    default_action_repeat,
     known_tasks,
     resolve_task,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "PLANET_TASKS",
     "RenderingUnavailableError",
     "TFAgentsEnv",
+    "default_action_repeat",
     "known_tasks",
     "make",
     "rendering",

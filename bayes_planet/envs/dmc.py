@@ -43,6 +43,7 @@ from bayes_planet.envs.checks import (
 
 __all__ = [
     "DEFAULT_ACTION_REPEAT",
+    "default_action_repeat",
     "DMCEnv",
     "PLANET_TASKS",
     "TASK_ALIASES",
@@ -138,6 +139,14 @@ def resolve_task(task):
     return domain, task_name
 
 
+def default_action_repeat(task):
+    """PlaNet's action repeat for ``task`` (:data:`DEFAULT_ACTION_REPEAT` by its domain,
+    ``FALLBACK_ACTION_REPEAT`` for other domains); the task name is checked as by
+    :func:`resolve_task`."""
+    domain, _ = resolve_task(task)
+    return DEFAULT_ACTION_REPEAT.get(domain, FALLBACK_ACTION_REPEAT)
+
+
 class DMCEnv:
     """A DeepMind Control Suite task with PlaNet's observation, repeat and episode conventions.
 
@@ -180,7 +189,7 @@ class DMCEnv:
             raise ValueError(f"Expected obs_type in {OBS_TYPES}. Received: obs_type={obs_type!r}")
         self.obs_type = obs_type
         if action_repeat is None:
-            action_repeat = DEFAULT_ACTION_REPEAT.get(self.domain, FALLBACK_ACTION_REPEAT)
+            action_repeat = default_action_repeat(self.task)
         self._action_repeat = check_positive_int("action_repeat", action_repeat)
         if episode_length is None:
             episode_length = DMC_EPISODE_LENGTH
