@@ -276,7 +276,8 @@ def test_true_simulator_rollout_matches_dm_control_steps(task, action_repeat, pr
     rng = np.random.default_rng(0)
     if prepare is not None:
         prepare(env)
-    for _ in range(4 if prepare else 40):  # Move away from the initial state.
+    for _ in range(4 if prepare else 40):  # Move away from the initial (or prepared) state,
+        # a few steps only from a prepared one, which must still pay when the rollouts start.
         env.step(rng.uniform(-1, 1, env.action_spec().shape))
     state = env.physics.get_state(exp.FULL_STATE)
     actions = rng.uniform(-1, 1, (6, 3) + env.action_spec().shape).astype(np.float32)
