@@ -186,8 +186,10 @@ def test_every_agent_preset_builds_and_its_archives_fill_their_cells(agents, tmp
         assert set(archived) <= {run["cell"] for run in runs}, presets
         assert len(local) == len(runs) - len(archived), presets
         filled["_".join(presets)] = len(archived)
-    # proprio_mf: the deterministic seeds 0-2 and mean-field seeds 0-1 are archived runs.
+    # proprio_mf: the deterministic seeds 0-2 and mean-field seeds 0-1 are archived runs;
+    # finger_spread: its one seed, finished at 100k.
     assert filled["proprio_mf"] >= 5
+    assert filled["finger_spread"] == 1
 
 
 def test_agent_grid_validates_every_run_before_launching(agents, tmp_path):
