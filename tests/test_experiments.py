@@ -165,19 +165,19 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
 
 def test_every_agent_preset_builds_and_its_archives_fill_their_cells(agents, tmp_path):
     """Each preset of experiments/agents.yaml (and the documented combinations sparse,pendulum,
-    sparse,finger and sparse,finger,finger_optimism)
+    sparse,cup, sparse,finger and sparse,finger,finger_optimism)
     validates every run's training config, and the archives a preset merges still fill
     their cells: a preset or configs.yaml edited so that an archived run no longer is the
     agent the preset names fails here, naming the keys, not when someone reruns it."""
     load = agents._config.load_dict
     names = agents._config.presets(agents.CONFIG_PATH)
-    assert {"tasks", "proprio_mf", "sparse", "pendulum", "finger", "debug"} <= set(names)
+    assert {"tasks", "proprio_mf", "sparse", "pendulum", "cup", "finger", "debug"} <= set(names)
     filled = {}
     # finger_optimism only adds the critic's novelty to `sparse,finger` (the value-aware agent):
     # alone, on the `cpu` agent without a critic, its value.novelty is refused; it is
     # validated in that combination.
     alone = [[name] for name in names if name != "finger_optimism"]
-    for presets in alone + [["sparse", "pendulum"], ["sparse", "finger"],
+    for presets in alone + [["sparse", "pendulum"], ["sparse", "cup"], ["sparse", "finger"],
                             ["sparse", "finger", "finger_optimism"]]:
         config = load(agents.CONFIG_PATH, presets)
         runs = agents.grid(config, tmp_path / "_".join(presets))
