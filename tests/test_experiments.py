@@ -187,11 +187,12 @@ def test_every_agent_preset_builds_and_its_archives_fill_their_cells(agents, tmp
         assert len(local) == len(runs) - len(archived), presets
         filled["_".join(presets)] = len(archived)
     # proprio_mf: the deterministic seeds 0-2 and mean-field seeds 0-1 are archived runs;
-    # finger_spread: its one seed, finished at 100k; sparse: novelty 0 seed 0, and the tasks
-    # layered on it (sparse,pendulum, ...) do not inherit its cartpole archive.
+    # finger_spread: its one seed, finished at 100k; sparse: novelty 0 seed 0 at least (its
+    # archive grows with the grid), and the tasks layered on it (sparse,pendulum, ...) do not
+    # inherit that cartpole archive.
     assert filled["proprio_mf"] >= 5
     assert filled["finger_spread"] == 1
-    assert filled["sparse"] == 1
+    assert filled["sparse"] >= 1
     assert filled["sparse_pendulum"] == filled["sparse_cup"] == filled["sparse_finger"] == 0
 
 
