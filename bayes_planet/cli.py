@@ -2,7 +2,7 @@
 
     bayes-planet train --task cartpole-swingup --preset cpu --logdir runs/x [--set key=value ...]
     bayes-planet train --branch-from runs/x --logdir runs/y [--set key=value ...]
-    bayes-planet eval --logdir runs/x [--episodes 5] [--out DIR [--video]]
+    bayes-planet eval --logdir runs/x [--episodes 5] [--policy collect] [--out DIR [--video]]
     bayes-planet probe --logdir runs/x [--episodes 5] [--out DIR] [--test-episodes DIR]
     bayes-planet demo [--epochs 20] [--samples 20] [--seed 0]
 
@@ -89,23 +89,30 @@ def _eval(args):
         out = check_output_dir("--out", args.out, check_logdir(args.logdir))
     agent = Agent(args.logdir, read_only=True, planning=args.set or ())
     collector = agent.collector
+    if args.policy == "collect":  # Its noise as after the checkpoint's episodes (fixed length).
+        from bayes_planet.policy import exploration_noise
+
+        env_steps = agent.restored * agent.config.env.episode_length
+        collector.collect_policy.set_exploration_noise(
+            exploration_noise(agent.config.planner, env_steps))
     returns = []
     for i in range(args.episodes):
-        policy = collector.policy("eval", i, stream="cli_eval_policy")
+        policy = collector.policy(args.policy, i, stream="cli_eval_policy")
         episode, frames = collector.collect(policy, "cli_eval_env", i, evaluation=True,
                                             render=args.video)
         returns.append(float(episode["reward"].sum()))
         if args.video:
             out.mkdir(parents=True, exist_ok=True)
             envs.write_video(np.stack(frames), out / f"eval_cli_{i}.mp4", fps=20)
-    changed = f", {', '.join(args.set)}" if args.set else ""
+    changes = (["policy collect"] if args.policy == "collect" else []) + list(args.set or ())
+    changed = "".join(f", {change}" for change in changes)
     print(f"eval over {args.episodes} episodes (checkpoint {agent.restored}{changed}): return "
           f"{np.mean(returns):.1f} ± {np.std(returns):.1f} "
           f"({', '.join(f'{r:.1f}' for r in returns)})")
     if args.out:  # Last, whole: a killed evaluation leaves no eval.json.
         out.mkdir(parents=True, exist_ok=True)
         report = {"checkpoint": agent.restored, "episodes": args.episodes,
-                  "planning": list(args.set or ()),
+                  "policy": args.policy, "planning": list(args.set or ()),
                   "returns": returns, "mean": float(np.mean(returns)),
                   "std": float(np.std(returns))}
         temp = out / f".eval.json.tmp.{os.getpid()}"
@@ -153,6 +160,11 @@ def build_parser():
     evaluate.add_argument("--logdir", required=True)
     evaluate.add_argument("--episodes", type=_positive_int, default=5)
     evaluate.add_argument("--video", action="store_true", help="write mp4s to --out")
+    evaluate.add_argument("--policy", choices=("eval", "collect"), default="eval",
+                          help="eval: the greedy plan, no exploration noise (as training "
+                               "evaluates); collect: as training collects, with its "
+                               "exploration noise after the checkpoint's episodes and its "
+                               "optimism (planner.beta, planner.novelty); the same episodes")
     evaluate.add_argument("--out", default=None,
                           help="folder outside the run for eval.json (the returns and the "
                                "checkpoint: episodes trained) and --video's mp4s")

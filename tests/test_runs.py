@@ -543,6 +543,38 @@ def test_eval_plans_differently_with_set_and_refuses_other_keys(reference, tmp_p
     assert _snapshot(logdir) == before
 
 
+def test_eval_with_the_collection_policy_adds_only_its_noise_on_the_same_episodes(
+        reference, tmp_path, capsys):
+    """``eval --policy collect`` plays the same seeded episodes as training collects: with its
+    exploration noise another return than the greedy plan, the same one when repeated; with
+    the noise set to 0 (and no optimism) exactly the greedy plan's episode. eval.json records
+    the policy; the run is not touched."""
+    from bayes_planet import cli
+
+    logdir = tmp_path / "run"
+    shutil.copytree(reference, logdir)
+    before = _snapshot(logdir)
+
+    def evaluate(name, *extra):
+        out = tmp_path / name
+        assert cli.main(["eval", "--logdir", str(logdir), "--episodes", "1", "--out", str(out),
+                         *extra]) == 0
+        capsys.readouterr()
+        return json.loads((out / "eval.json").read_text())
+
+    greedy = evaluate("greedy")
+    noisy, again = evaluate("noisy", "--policy", "collect"), evaluate("again", "--policy",
+                                                                      "collect")
+    quiet = evaluate("quiet", "--policy", "collect", "--set", "planner.exploration_noise=0")
+    assert (greedy["policy"], noisy["policy"]) == ("eval", "collect")
+    assert noisy["returns"] == again["returns"] != greedy["returns"]
+    assert quiet["returns"] == greedy["returns"]
+    with pytest.raises(SystemExit) as refused:  # argparse: usage and a one-line error.
+        cli.main(["eval", "--logdir", str(logdir), "--policy", "random"])
+    assert refused.value.code == 2 and "--policy: invalid choice" in capsys.readouterr().err
+    assert _snapshot(logdir) == before
+
+
 def test_eval_without_a_checkpoint_is_refused(tmp_path):
     logdir = tmp_path / "run"
     assert _train(logdir, fault="seed_episode:1").returncode == -9  # Config, no checkpoint.
