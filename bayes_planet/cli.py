@@ -89,10 +89,11 @@ def _eval(args):
         out = check_output_dir("--out", args.out, check_logdir(args.logdir))
     agent = Agent(args.logdir, read_only=True, planning=args.set or ())
     collector = agent.collector
-    if args.policy == "collect":  # Its noise as after the checkpoint's episodes (fixed length).
-        from bayes_planet.policy import exploration_noise
+    if args.policy == "collect":  # Its noise after the checkpoint's episodes, counted as
+        from bayes_planet.policy import exploration_noise  # training counts (whole decisions).
 
-        env_steps = agent.restored * agent.config.env.episode_length
+        repeat = collector.env.action_repeat
+        env_steps = agent.restored * (agent.config.env.episode_length // repeat) * repeat
         collector.collect_policy.set_exploration_noise(
             exploration_noise(agent.config.planner, env_steps))
     returns = []

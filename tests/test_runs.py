@@ -569,6 +569,13 @@ def test_eval_with_the_collection_policy_adds_only_its_noise_on_the_same_episode
     assert (greedy["policy"], noisy["policy"]) == ("eval", "collect")
     assert noisy["returns"] == again["returns"] != greedy["returns"]
     assert quiet["returns"] == greedy["returns"]
+    # Its noise follows the schedule to the checkpoint's env steps (3 episodes of 120): a
+    # decay to 0 over exactly those steps leaves none, one step longer some.
+    decay = ("--policy", "collect", "--set", "planner.exploration_final=0", "--set")
+    decayed = evaluate("decayed", *decay, "planner.exploration_decay_steps=360")
+    not_yet = evaluate("not_yet", *decay, "planner.exploration_decay_steps=361")
+    assert decayed["checkpoint"] == 3 and decayed["returns"] == greedy["returns"]
+    assert not_yet["returns"] != greedy["returns"]
     with pytest.raises(SystemExit) as refused:  # argparse: usage and a one-line error.
         cli.main(["eval", "--logdir", str(logdir), "--policy", "random"])
     assert refused.value.code == 2 and "--policy: invalid choice" in capsys.readouterr().err
