@@ -7,8 +7,11 @@ MC dropout's Monte Carlo average against its closed-form mean and variance, bad 
 and the float64 and mixed-precision dtypes.
 """
 
+import json
 import math
 import os
+import re
+import zipfile
 
 import numpy as np
 import pytest
@@ -381,6 +384,112 @@ def test_bad_input_is_one_line(call, error, message):
     with pytest.raises(error) as info:
         call()
     assert message in str(info.value) and "\n" not in str(info.value), str(info.value)
+
+
+def _attention_net(size):
+    inputs = keras.Input((4, 6))
+    outputs = bl.MultiHeadAttentionRank1(2, 3, ensemble_size=size, seed=0)(inputs, inputs)
+    return keras.Model(inputs, keras.layers.Flatten()(outputs))
+
+
+#: Models whose ensemble layer (``name``) holds ``size`` members, and their inputs' shape.
+OTHER_SIZE_NETS = {
+    "DenseRank1": (lambda size: keras.Sequential([
+        keras.Input((5,)), keras.layers.Dense(4),
+        bl.DenseRank1(3, ensemble_size=size, seed=0, name="rank1")]), (5,)),
+    "DenseBatchEnsemble": (lambda size: keras.Sequential([
+        keras.Input((5,)), bl.DenseBatchEnsemble(3, ensemble_size=size, name="batch_ens")]),
+        (5,)),
+    "Conv1DRank1": (lambda size: keras.Sequential([
+        keras.Input((6, 2)), bl.Conv1DRank1(3, 2, ensemble_size=size, seed=0, name="conv"),
+        keras.layers.Flatten()]), (6, 2)),
+    "LSTMCellRank1": (lambda size: keras.Sequential([
+        keras.Input((6, 2)), keras.layers.RNN(bl.LSTMCellRank1(3, ensemble_size=size, seed=0,
+                                                               name="cell"))]), (6, 2)),
+    "MultiHeadAttentionRank1": (_attention_net, (4, 6)),
+}
+
+
+@pytest.mark.parametrize("kind", list(OTHER_SIZE_NETS))
+def test_ensemble_layers_of_another_ensemble_size_are_refused(kind):
+    """``EnsembleModel(inner, 3)`` with inner ensemble layers of 4 members would give every
+    member's rows to the wrong member (silently when the tiled batch divides by 4): one
+    line naming the layer and both sizes, at construction."""
+    make, shape = OTHER_SIZE_NETS[kind]
+    assert bl.EnsembleModel(make(3), 3)(np.zeros((2, *shape), "float32")).shape[0] == 2
+    with pytest.raises(ValueError) as info:
+        bl.EnsembleModel(make(4), 3)
+    message = str(info.value)
+    assert message.startswith("Expected the model's ensemble layers to have ensemble_size=3 "
+                              "(EnsembleModel's). Received: layer=") and message.endswith(
+                                  " with ensemble_size=4") and "\n" not in message, message
+
+
+def test_ensemble_size_of_an_unbuilt_model_is_checked_at_the_first_call():
+    """A model whose layers are made when it is first called (a subclassed model here): the
+    first call, the first fit step and ``predict`` refuse it, whatever the batch."""
+
+    class Net(keras.Model):
+        def __init__(self, size):
+            super().__init__()
+            self.size = size
+
+        def build(self, input_shape):
+            self.head = bl.DenseBatchEnsemble(3, ensemble_size=self.size, name="late")
+            super().build(input_shape)
+
+        def call(self, x):
+            return self.head(x)
+
+    assert bl.EnsembleModel(Net(3), 3)(np.zeros((4, 5), "float32")).shape == (4, 3)
+    message = ("Expected the model's ensemble layers to have ensemble_size=3 (EnsembleModel's). "
+               "Received: layer='late' with ensemble_size=4")
+    for batch in (12, 8):
+        with pytest.raises(ValueError) as info:
+            bl.EnsembleModel(Net(4), 3)(np.zeros((batch, 5), "float32"))
+        assert str(info.value).endswith(message), str(info.value)
+    model = bl.EnsembleModel(Net(4), 3)
+    model.compile("sgd", LOGITS_LOSS)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        model.fit(np.zeros((12, 5), "float32"), _labels(12, classes=3), batch_size=12,
+                  verbose=0)
+
+
+def test_ensemble_size_is_checked_again_when_a_model_is_loaded(tmp_path):
+    """A config or ``.keras`` file whose EnsembleModel size is not its layers' (written by hand
+    or by a version that did not check) is refused when it is loaded."""
+    model = bl.EnsembleModel(_batch_ensemble_net(), E)
+    model(normal_array(2, 5))
+    config = model.get_config()
+    with pytest.raises(ValueError, match=r"ensemble_size=2 \(EnsembleModel's\)\. Received: "
+                                         r"layer='dense_batch_ensemble(_\d+)?' with "
+                                         r"ensemble_size=3$"):
+        bl.EnsembleModel.from_config(dict(config, ensemble_size=2))
+    path = tmp_path / "ensemble.keras"
+    model.save(path)
+    damaged = tmp_path / "damaged.keras"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(damaged, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if item.filename == "config.json":
+                saved = json.loads(data)
+                saved["config"]["ensemble_size"] = 2
+                data = json.dumps(saved).encode()
+            dst.writestr(item, data)
+    with pytest.raises((ValueError, TypeError), match=r"ensemble_size=2 \(EnsembleModel's\)"):
+        keras.models.load_model(damaged)
+
+
+def test_a_model_without_ensemble_layers_is_refused_but_not_by_monte_carlo():
+    """Without ensemble layers the E members would be E copies of one network."""
+    plain = keras.Sequential([keras.Input((5,)), keras.layers.Dense(3)], name="plain")
+    with pytest.raises(ValueError) as info:
+        bl.EnsembleModel(plain, E)
+    assert str(info.value) == (
+        "Expected a model with ensemble layers (an ensemble_size attribute: DenseRank1, "
+        "DenseBatchEnsemble, ...), else its members are identical. Received: model='plain' "
+        "without any"), str(info.value)
+    assert bl.MonteCarloModel(plain, E)(normal_array(2, 5)).shape == (2, 3)
 
 
 def test_batch_not_divisible_inside_a_graph_is_checked_at_run_time():

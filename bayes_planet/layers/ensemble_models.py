@@ -227,6 +227,14 @@ def _final_activation(model):
     return name if name in ("softmax", "sigmoid") else None
 
 
+def _ensemble_layers(model):
+    """The layers of ``model`` (itself included) that hold members on the ensemble batch
+    convention: those with an integer ``ensemble_size`` (the dense, convolutional,
+    recurrent-cell and attention ensemble layers; a `TransformerBlock` given one)."""
+    return [layer for layer in [model] + _compat.submodules(model)
+            if isinstance(getattr(layer, "ensemble_size", None), int)]
+
+
 def _check_model(name, model, output):
     if not isinstance(model, keras.layers.Layer):
         raise TypeError(f"Expected a Keras model. Received: {name}={model!r}")
@@ -316,11 +324,44 @@ class EnsembleModel(_Tiled):
       seed: int or None, for the mixture's sample when ``model`` returns a RandomVariable.
 
     Input ``(b, ...)`` (anything ``model`` takes); output ``(b, ...)``.
+
+    Raises:
+      ValueError: ``model`` has ensemble layers of another ``ensemble_size``, or none
+        (checked when it is wrapped, or loaded, if it has its layers; else at its first call).
     """
 
     def __init__(self, model, ensemble_size, *, output=DEFAULT_OUTPUT, seed=None, **kwargs):
         super().__init__(model, check_positive_int("ensemble_size", ensemble_size), output,
                          seed, **kwargs)
+        self._layers_checked = False
+        self._check_ensemble_layers()
+
+    def _check_ensemble_layers(self):
+        """Refuses ensemble layers of another ``ensemble_size`` in the wrapped model (their
+        blocks would not be its members) and, once it is built, a model without any (its
+        members would be identical): at construction for a model that has its layers (as a
+        loaded one), else after its first call."""
+        if self._layers_checked:
+            return
+        layers = _ensemble_layers(self.inner)
+        for layer in layers:
+            if layer.ensemble_size != self.ensemble_size:
+                raise ValueError(
+                    f"Expected the model's ensemble layers to have ensemble_size="
+                    f"{self.ensemble_size} (EnsembleModel's). Received: layer={layer.name!r} "
+                    f"with ensemble_size={layer.ensemble_size}")
+        if self.inner.built:
+            if not layers:
+                raise ValueError(
+                    "Expected a model with ensemble layers (an ensemble_size attribute: "
+                    "DenseRank1, DenseBatchEnsemble, ...), else its members are identical. "
+                    f"Received: model={self.inner.name!r} without any")
+            self._layers_checked = True
+
+    def member_outputs(self, inputs, training=None):
+        outputs = super().member_outputs(inputs, training)
+        self._check_ensemble_layers()  # A model that makes its layers when first called.
+        return outputs
 
     def _training_batch(self, x, y, sample_weight):
         size = self.ensemble_size
