@@ -81,11 +81,23 @@ def _minimize_log(f, bounds, iterations=40):
     return best if f(best) <= values[i] else float(grid[i])
 
 
-def _check(name, array, ndim):
+def _check(name, array, ndim, positive=False):
+    """``array`` as float64 of rank ``ndim``, non-empty and finite (and > 0 if ``positive``);
+    else a one-line ValueError naming it."""
     array = np.asarray(array, np.float64)
     if array.ndim != ndim:
         raise ValueError(f"Expected {name} of rank {ndim}. Received: {name} with shape "
                          f"{array.shape}")
+    if array.size == 0:
+        raise ValueError(f"Expected non-empty {name}. Received: {name} with shape "
+                         f"{array.shape}")
+    nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+    if nan or inf:
+        counts = ", ".join(f"{n} {kind}" for n, kind in ((nan, "NaN"), (inf, "inf")) if n)
+        raise ValueError(f"Expected finite values. Received: {name} with {counts}")
+    if positive and not array.min() > 0:
+        raise ValueError(f"Expected positive {name}. Received: {name} with "
+                         f"min={float(array.min())}")
     return array
 
 
@@ -103,14 +115,22 @@ def fit_temperature(log_probs, labels, bounds=BOUNDS):
     Args:
       log_probs: ``[N, C]`` log-probabilities of the predictive (`predictive_log_probs` of
         the samples' logits; a deterministic net's log-softmax).
-      labels: ``[N]`` integer classes.
+      labels: ``[N]`` integer classes, in ``[0, C)``.
       bounds: the search range of ``T``.
+    Raises:
+      ValueError: empty or non-finite ``log_probs``; labels of another shape, or not classes.
     """
     log_probs = _check("log_probs", log_probs, 2)
     labels = np.asarray(labels)
     if labels.shape != log_probs.shape[:1]:
         raise ValueError(f"Expected labels of shape {log_probs.shape[:1]}. Received: "
                          f"labels with shape {labels.shape}")
+    classes = log_probs.shape[1]
+    outside = ~np.isin(labels, np.arange(classes))
+    if outside.any():
+        raise ValueError(f"Expected integer labels in [0, {classes}) (the classes of "
+                         f"log_probs). Received: labels={labels[outside][0].item()!r}")
+    labels = labels.astype(np.int64)
     rows = np.arange(len(labels))
     return _minimize_log(
         lambda t: -np.mean(apply_temperature(log_probs, t)[rows, labels]), bounds)
@@ -133,9 +153,12 @@ def fit_std_scale(means, scales, y, bounds=BOUNDS):
       means, scales: ``[S, N]`` Gaussian predictions (``S`` weight samples or members).
       y: ``[N]`` targets.
       bounds: the search range of ``s``.
+    Raises:
+      ValueError: empty or non-finite inputs, scales that are not all positive, mismatched
+        shapes.
     """
-    means, scales = _check("means", means, 2), _check("scales", scales, 2)
-    y = np.asarray(y, np.float64)
+    means, scales = _check("means", means, 2), _check("scales", scales, 2, positive=True)
+    y = _check("y", y, 1)
     if y.shape != means.shape[1:] or scales.shape != means.shape:
         raise ValueError(f"Expected scales of shape {means.shape} and y of shape "
                          f"{means.shape[1:]}. Received: scales with shape {scales.shape}, "

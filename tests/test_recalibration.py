@@ -133,3 +133,56 @@ def test_bad_input_names_the_argument():
         rc.fit_temperature(np.zeros((2, 3)), np.zeros(3, int))
     with pytest.raises(ValueError, match="y with shape"):
         rc.fit_std_scale(np.zeros((1, 2)), np.ones((1, 2)), np.zeros(3))
+
+
+_LOG_P = np.log(np.full((4, 3), 1 / 3))
+_MEANS, _SCALES, _Y = np.zeros((2, 4)), np.ones((2, 4)), np.zeros(4)
+
+
+def _with(array, index, value):
+    array = np.array(array, np.float64)
+    array[index] = value
+    return array
+
+
+@pytest.mark.parametrize("fit, message", [
+    (lambda: rc.fit_temperature(_with(_LOG_P, (slice(0, 3), 0), np.nan), [0, 1, 2, 0]),
+     "Expected finite values. Received: log_probs with 3 NaN"),
+    (lambda: rc.fit_temperature(_with(_with(_LOG_P, (0, 1), np.inf), (1, 1), np.nan),
+                                [0, 1, 2, 0]),
+     "Expected finite values. Received: log_probs with 1 NaN, 1 inf"),
+    (lambda: rc.fit_temperature(np.zeros((0, 3)), np.zeros(0, int)),
+     "Expected non-empty log_probs. Received: log_probs with shape (0, 3)"),
+    (lambda: rc.fit_temperature(_LOG_P, [0, 1, 2, -1]),
+     "Expected integer labels in [0, 3) (the classes of log_probs). Received: labels=-1"),
+    (lambda: rc.fit_temperature(_LOG_P, [0, 1, 2, 5]),
+     "Expected integer labels in [0, 3) (the classes of log_probs). Received: labels=5"),
+    (lambda: rc.fit_temperature(_LOG_P, [0, 1, 2, 0.5]),
+     "Expected integer labels in [0, 3) (the classes of log_probs). Received: labels=0.5"),
+    (lambda: rc.fit_std_scale(_with(_MEANS, 0, np.nan), _SCALES, _Y),
+     "Expected finite values. Received: means with 4 NaN"),
+    (lambda: rc.fit_std_scale(_MEANS, _SCALES, _with(_Y, 3, -np.inf)),
+     "Expected finite values. Received: y with 1 inf"),
+    (lambda: rc.fit_std_scale(np.zeros((2, 0)), np.ones((2, 0)), np.zeros(0)),
+     "Expected non-empty means. Received: means with shape (2, 0)"),
+    (lambda: rc.fit_std_scale(_MEANS, -_SCALES, _Y),
+     "Expected positive scales. Received: scales with min=-1.0"),
+    (lambda: rc.fit_std_scale(_MEANS, _with(_SCALES, (1, 2), 0.0), _Y),
+     "Expected positive scales. Received: scales with min=0.0"),
+    (lambda: rc.predictive_log_probs(np.full((2, 3, 4), np.nan)),
+     "Expected finite values. Received: logit_samples with 24 NaN"),
+], ids=["nan", "nan_and_inf", "empty", "label_-1", "label_5", "label_0.5", "means_nan",
+        "y_inf", "std_empty", "negative_scale", "zero_scale", "logit_samples_nan"])
+def test_unfittable_input_is_a_one_line_error_not_the_search_bound(fit, message):
+    """NaN, inf, empty input and non-positive scales made the NLL NaN or inf at every point
+    of the search, which then returned its lower bound (0.01); label -1 was scored as the
+    last class, labels 5 and 0.5 were numpy IndexErrors."""
+    with pytest.raises(ValueError) as info:
+        fit()
+    assert str(info.value) == message
+
+
+def test_labels_may_be_whole_floats():
+    logits, labels = _calibrated_logits(np.random.default_rng(7), 500)
+    log_p = rc.predictive_log_probs(logits[None])
+    assert rc.fit_temperature(log_p, labels.astype(float)) == rc.fit_temperature(log_p, labels)
