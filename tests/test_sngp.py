@@ -194,8 +194,8 @@ def test_spectral_normalization_bad_input_is_one_line():
          r"^Expected a positive number\. Received: norm_multiplier=0\.0$"),
         (lambda: bl.SpectralNormalization(dense, seed=-1), r"Received: seed=-1$"),
         (lambda: bl.SpectralNormalizationConv2D(dense), r"^Expected a keras\.layers\.Conv2D\."),
-        (lambda: bl.SpectralNormalization(bl.DenseFlipout(2))(_data(2, 3)),
-         r"^Expected a layer whose kernel is a variable\. .*kernel=TrainableNormal$"),
+        (lambda: bl.SpectralNormalization(keras.layers.Activation("relu"))(_data(2, 3)),
+         r"^Expected a layer whose kernel is a variable\. .*kernel=NoneType$"),
         (lambda: bl.SpectralNormalizationConv2D(keras.layers.Conv2D(2, 3))(
             keras.Input((None, None, 2))), r"needs the input's spatial size"),
     ]
@@ -203,6 +203,24 @@ def test_spectral_normalization_bad_input_is_one_line():
         with pytest.raises(ValueError, match=pattern) as info:
             make()
         assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("wrapper, make, name", [
+    (bl.SpectralNormalization, lambda: bl.DenseRank1(3, ensemble_size=2, name="rank1"),
+     "'rank1' (DenseRank1)"),
+    (bl.SpectralNormalization, lambda: bl.DenseFlipout(3, name="flipout"),
+     "'flipout' (DenseFlipout)"),
+    (bl.SpectralNormalizationConv2D, lambda: bl.Conv2DFlipout(2, 3, name="conv"),
+     "'conv' (Conv2DFlipout)"),
+], ids=["DenseRank1", "DenseFlipout", "Conv2DFlipout"])
+def test_spectral_normalization_refuses_bayesian_layers(wrapper, make, name):
+    """A Bayesian layer's weights are sampled (DenseRank1's point-estimate kernel included:
+    its members' factors are), so a bound on its kernel variable is not a bound on the map
+    it computes: refused when wrapped, before DenseRank1 was normalized without a word."""
+    with pytest.raises(ValueError) as info:
+        wrapper(make())
+    assert str(info.value) == ("Expected a layer with a point-estimate kernel, not a Bayesian "
+                               f"layer (its weights are sampled). Received: layer={name}")
 
 
 # --- Random-feature GP ---------------------------------------------------------------

@@ -30,7 +30,7 @@ import tensorflow as tf
 from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
-from bayes_planet.layers.base import check_positive_int
+from bayes_planet.layers.base import BayesianLayer, check_positive_int
 
 __all__ = ["SpectralNormalization", "SpectralNormalizationConv2D"]
 
@@ -62,7 +62,8 @@ class SpectralNormalization(keras.layers.Wrapper):
 
     Args: as ``keras.layers.SpectralNormalization`` (same order), plus keyword-only
       layer: a built or unbuilt Keras layer with a ``kernel`` variable (``Dense``,
-        ``EinsumDense``, convolutions), not a Bayesian layer (its kernel is a posterior).
+        ``EinsumDense``, convolutions), not a Bayesian layer (refused: its weights are
+        sampled, its kernel a posterior or shared by sampled members).
       power_iterations: iterations per training call (a positive integer; SNGP uses 1).
       norm_multiplier: the bound ``c`` on the spectral norm (edward2's default 0.95;
         uncertainty-baselines' ResNets use 6).
@@ -74,6 +75,10 @@ class SpectralNormalization(keras.layers.Wrapper):
     def __init__(self, layer, power_iterations=1, *, norm_multiplier=0.95, seed=None,
                  **kwargs):
         self._check_layer(layer)
+        if isinstance(layer, BayesianLayer):
+            raise ValueError(
+                "Expected a layer with a point-estimate kernel, not a Bayesian layer (its "
+                f"weights are sampled). Received: layer={layer.name!r} ({type(layer).__name__})")
         kwargs.setdefault("dtype", layer.dtype_policy)  # Compute in the wrapped layer's dtype.
         super().__init__(layer, **kwargs)
         self.power_iterations = check_positive_int("power_iterations", power_iterations)
