@@ -34,6 +34,18 @@ def test_set_dataset_size_takes_whole_numbers_of_any_numeric_type():
     assert layer.kernel_regularizer.dataset_size == 60000
 
 
+@pytest.mark.parametrize("model", [None, "model", 3, [bl.DenseFlipout(2)]],
+                         ids=["None", "str", "int", "list"])
+def test_set_dataset_size_and_set_kl_scale_refuse_what_is_not_a_model(model):
+    """Not a layer, model or tf.Module: one line naming ``model``, not ``vars()``'s error."""
+    message = f"Expected a Keras layer or model, or a tf.Module. Received: model={model!r}"
+    for call in (lambda: regularizers.set_dataset_size(model, 10),
+                 lambda: regularizers.set_kl_scale(model, None)):
+        with pytest.raises(TypeError) as info:
+            call()
+        assert str(info.value) == message and "\n" not in message
+
+
 @pytest.mark.parametrize("value", ["a", -1.0, float("inf"), None, True])
 def test_a_kl_scale_factor_must_be_a_finite_non_negative_number(value):
     with pytest.raises(ValueError, match="scale_factor="):

@@ -482,6 +482,9 @@ def set_dataset_size(model, dataset_size):
 
 def kl_regularizers(model):
     """The distinct `KLRegularizer`s held by ``model`` and its sublayers, in a stable order."""
+    if not isinstance(model, keras.layers.Layer | tf.Module):
+        raise TypeError(f"Expected a Keras layer or model, or a tf.Module. Received: "
+                        f"model={model!r}")
     layers = [model] + _compat.submodules(model)
     found = {}
     for layer in layers:
