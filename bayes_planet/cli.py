@@ -44,8 +44,9 @@ def _branch_config(args):
                  else f"--task {args.task}")
         raise run_lib.RunError(f"--branch-from takes the parent run's config; change it with "
                                f"--set. Received: {given}")
+    parent = run_lib.check_logdir(args.branch_from, "--branch-from")
     own = run_lib.check_logdir(args.logdir) / "config.yaml"
-    base = run_lib.read_config(args.logdir if own.exists() else args.branch_from)
+    base = run_lib.read_config(args.logdir if own.exists() else parent)
     config = config_lib.with_overrides(base, list(args.set or []))
     run_lib.branch(args.branch_from, args.logdir, config)
     return config
@@ -55,7 +56,7 @@ def _train(args):
     from bayes_planet import config as config_lib
     from bayes_planet import yaml_config
 
-    if args.branch_from:
+    if args.branch_from is not None:  # An empty one is refused, not taken as none.
         config = _branch_config(args)
     else:
         presets = yaml_config.parse_presets(args.preset)
@@ -75,19 +76,22 @@ def _train(args):
 
 
 def _eval(args):
+    from bayes_planet.run import check_logdir
+    from bayes_planet.run_dirs import check_output_dir
+
+    logdir = check_logdir(args.logdir)  # Checked before TensorFlow loads and any episode runs.
+    if args.video and not args.out:
+        raise ValueError("eval --video needs --out DIR (eval never writes into the run). "
+                         "Received: --out=None")
+    if args.out:
+        out = check_output_dir("--out", args.out)
     _startup.quiet_import(*_startup.AGENT_STACK)
     import numpy as np
 
     from bayes_planet import envs
     from bayes_planet.agent import Agent
-    from bayes_planet.run import check_logdir, check_output_dir
 
-    if args.video and not args.out:
-        raise ValueError("eval --video needs --out DIR (eval never writes into the run). "
-                         "Received: --out=None")
-    if args.out:  # Checked before any episode is collected.
-        out = check_output_dir("--out", args.out, check_logdir(args.logdir))
-    agent = Agent(args.logdir, read_only=True, planning=args.set or ())
+    agent = Agent(logdir, read_only=True, planning=args.set or ())
     collector = agent.collector
     if args.policy == "collect":  # Its noise after the checkpoint's episodes, counted as
         from bayes_planet.policy import exploration_noise  # training counts (whole decisions).
@@ -133,9 +137,12 @@ def _probe(args):
 
 
 def _positive_int(text):
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, received {text}")
+        raise argparse.ArgumentTypeError(f"Expected a positive integer. Received: {text!r}")
     return value
 
 

@@ -116,6 +116,9 @@ def with_planning(config, overrides):
         if not _under(key, PLANNING_KEYS):
             raise ConfigError(f"Expected a planning key ({', '.join(PLANNING_KEYS)}): a trained "
                               f"run's model is fixed. Received: {text}")
+        if _under(key, ("value",)) and not config.value.enabled:
+            raise ConfigError(f"Expected a run with a value model (value.enabled: true) for "
+                              f"{key}: this one plans without a policy. Received: {text}")
     return with_overrides(config, overrides)
 
 

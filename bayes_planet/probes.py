@@ -374,13 +374,14 @@ def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     """
     from bayes_planet.agent import Agent
     from bayes_planet.layers import posterior_mean
-    from bayes_planet.run import check_logdir, check_output_dir
+    from bayes_planet.run import check_logdir
+    from bayes_planet.run_dirs import check_output_dir
 
     logdir = check_logdir(logdir)
     # Readers never write into the run: the default output is its sibling ``<logdir>.probe``.
-    out = check_output_dir("out", out or logdir.with_name(logdir.name + ".probe"), logdir)
+    out = check_output_dir("out", out or logdir.with_name(logdir.name + ".probe"))
     if test_episodes is not None:
-        test_episodes = check_output_dir("test_episodes", test_episodes, logdir)
+        test_episodes = check_output_dir("test_episodes", test_episodes)
     if train_source not in ("replay", "fresh"):
         raise ValueError(f"Expected train_source 'replay' or 'fresh'. Received: {train_source!r}")
     if weights not in WEIGHTS:

@@ -52,7 +52,7 @@ import sys
 import numpy as np
 
 from bayes_planet import config as config_lib
-from bayes_planet import yaml_config
+from bayes_planet import run_dirs, yaml_config
 from bayes_planet.faults import fault_armed, fault_point
 from bayes_planet.replay import episode_files, fsync_path
 
@@ -62,8 +62,8 @@ __all__ = [
     "RunError",
     "RunLockedError",
     "branch",
+    "branch_checkpoint",
     "check_logdir",
-    "check_output_dir",
     "json_row",
     "read_config",
     "read_metrics",
@@ -75,53 +75,124 @@ _KEEP_CHECKPOINTS = 2
 
 def branch(parent, logdir, config):
     """Starts the run ``logdir`` as a branch of the run ``parent``: a copy of the parent at its
-    newest checkpoint (that checkpoint, the episodes and metrics rows up to it; the parent may
-    still be training) whose training goes on with ``config``, which may differ from the
-    parent's except in `bayes_planet.config.BRANCH_FIXED_KEYS` (its data and its model's
-    variables). The A/B of a change from one trained state: branch twice, train both on.
+    branch checkpoint (`branch_checkpoint`: its newest committed, readable one; the episodes
+    and metrics rows up to it; the parent may still be training) whose training goes on with
+    ``config``, which may differ from the parent's except in
+    `bayes_planet.config.BRANCH_FIXED_KEYS` (its data and its model's variables). The A/B of a
+    change from one trained state: branch twice, train both on.
 
     The copy is assembled in a temporary folder beside ``logdir`` and renamed into place, so
     a killed branch leaves no half-copied run (its temporary folder is removed by the next
     try). ``<logdir>/branch.json`` records the parent, the episode, the parent's update count
     there (the branch adds its own ``train.updates_per_episode`` from it) and the changes. A
-    ``logdir`` that already holds a run is left alone (the trainer resumes it). Returns the
-    episode the branch starts from, or None if ``logdir`` already held a run. One-line
-    `RunError`s: no run or checkpoint in ``parent``, a fixed key changed, ``logdir`` neither
-    empty nor a run.
+    ``logdir`` that already holds a branch of ``parent`` is left alone (the trainer resumes
+    it). Returns the episode the branch starts from, or None if ``logdir`` already held it.
+    One-line `RunError`s, all before anything is written: no run or checkpoint in
+    ``parent``, a fixed key changed, fewer ``train.episodes`` than the copy holds, ``logdir``
+    the parent, inside a run, a run that is not a branch of ``parent``, or neither empty nor
+    a run.
     """
-    parent = check_logdir(parent)
-    logdir = check_output_dir("logdir", logdir, parent)  # Not the parent, nor inside it.
+    parent = check_logdir(parent, "--branch-from")
+    previous = read_config(parent)
+    logdir = run_dirs.check_output_dir("logdir", logdir, own=True)
+    if logdir.resolve() == parent.resolve():
+        raise RunError(f"Expected a folder outside the run {str(parent.resolve())!r} to branch "
+                       f"into. Received: logdir={str(logdir)!r}")
     if (logdir / "config.yaml").exists():
+        record = logdir / "branch.json"
+        made = json.loads(record.read_text())["parent"] if record.is_file() else None
+        if made is None or pathlib.Path(made).resolve() != parent.resolve():
+            of = f"a branch of {made!r}" if made else "not a branch"
+            raise RunError(f"Expected an empty or new logdir, or a branch of {str(parent)!r}. "
+                           f"Received: logdir={str(logdir)!r} holds a run that is {of}")
         return None
     if logdir.exists() and any(logdir.iterdir()):
         raise RunError(f"Expected an empty or new logdir to branch into. Received: "
                        f"logdir={str(logdir)!r} holds files but no run")
-    previous = read_config(parent)
     fixed = config_lib.branch_fixed_changes(previous, config)
     if fixed:
         raise RunError(f"a branch keeps its parent's data and model, but the config changes "
                        f"{yaml_config.describe_changes(fixed)}; it may change any key but "
                        f"{', '.join(config_lib.BRANCH_FIXED_KEYS)}")
     source = Run(parent, previous, read_only=True)
+    for attempt in range(_BRANCH_TRIES):
+        number, folder = branch_checkpoint(parent, source)
+        _check_episodes(config, number, f"of {str(parent)!r} up to its checkpoint {number}, "
+                                        "where the branch starts")
+        try:
+            return _copy_branch(source, logdir, config, number, folder)
+        except FileNotFoundError:  # The parent, training on, removed that checkpoint meanwhile.
+            if attempt == _BRANCH_TRIES - 1:
+                raise
+    return None  # Not reached: the last try returns or raises.
+
+
+_BRANCH_TRIES = 5
+
+
+def branch_checkpoint(parent, source=None):
+    """``(number, folder)``: the checkpoint of the run ``parent`` that a branch starts from —
+    its newest one that is committed (the episodes up to it are on disk: a training run writes
+    its checkpoint just before that episode's file) and readable with finite values. One-line
+    `RunError`s: no such checkpoint, or episodes missing in the middle (a damaged run).
+    ``source``: the parent's read-only `Run`, if open."""
+    parent = pathlib.Path(parent)
+    source = source or Run(parent, read_config(parent), read_only=True)
+    indices = [index for index, _, _ in episode_files(parent / "episodes")]
+    if indices != list(range(len(indices))):
+        missing = sorted(set(range(max(indices) + 1)) - set(indices))
+        raise RunError(f"{parent}/episodes lacks the episodes {missing[:10]}: the run is "
+                       "damaged")
     checkpoints = source.checkpoints()
     if not checkpoints:
         raise RunError(f"no checkpoint in {parent} to branch from")
-    number = checkpoints[-1][0]
+    for number, folder in reversed(checkpoints):
+        if number > len(indices):
+            continue  # Written before its episode's file: not committed yet.
+        problem = _unreadable(folder)
+        if problem is None:
+            return number, folder
+        if not folder.exists():
+            continue  # Removed by the parent training on since it was listed.
+        source.say(f"warning: checkpoint {folder} is unreadable ({problem}); branching from an "
+                   "older one")
+    raise RunError(f"no committed, readable checkpoint in {parent} to branch from")
+
+
+def _unreadable(folder):
+    """Why the checkpoint ``folder`` cannot be restored (unreadable, non-finite), or None."""
+    import tensorflow as tf
+
+    try:
+        reader = tf.train.load_checkpoint(str(folder / "ckpt"))
+        for name in reader.get_variable_to_shape_map():
+            value = np.asarray(reader.get_tensor(name))
+            if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
+                return f"non-finite values in {name}"
+    except FileNotFoundError:
+        raise
+    except Exception as e:  # noqa: BLE001 (any unreadable file: DataLossError, OpError, ...)
+        return _one_line(e)
+    return None
+
+
+def _copy_branch(source, logdir, config, number, checkpoint):
+    """Assembles the branch in a temporary folder and renames it to ``logdir``: the checkpoint
+    first (a parent training on may remove it: `FileNotFoundError`, nothing left behind),
+    then the episodes and rows up to it, ``branch.json`` and the config. Returns ``number``."""
+    parent, previous = source.logdir, source.config
     episodes = episode_files(parent / "episodes")[:number]
-    if [index for index, _, _ in episodes] != list(range(number)):
-        raise RunError(f"{parent}/episodes lacks episodes of its checkpoint {number}: the run "
-                       "is damaged")
     rows = [r for r in source.read_metrics() if r["episode"] <= number]
     logdir.parent.mkdir(parents=True, exist_ok=True)
     for old in logdir.parent.glob(f".{logdir.name}.branch-tmp-*"):
         shutil.rmtree(old, ignore_errors=True)
     temp = logdir.parent / f".{logdir.name}.branch-tmp-{os.getpid()}"
     try:
+        # The branch checkpoint only: a parent still training deletes older ones as it goes.
+        shutil.copytree(checkpoint, temp / "checkpoints" / checkpoint.name)
         (temp / "episodes").mkdir(parents=True)
         for _, _, path in episodes:
             shutil.copy2(path, temp / "episodes")
-        # The newest only: a parent still training deletes older ones as it goes.
-        shutil.copytree(checkpoints[-1][1], temp / "checkpoints" / checkpoints[-1][1].name)
         _atomic_write(temp / "metrics.jsonl", "".join(json_row(r) + "\n" for r in rows))
         _atomic_write(temp / "branch.json", json.dumps({
             "parent": str(parent.resolve()), "episode": number,
@@ -131,13 +202,21 @@ def branch(parent, logdir, config):
         _atomic_write(temp / "config.yaml", yaml_config.dump(config))
         fault_point("branch_copy")
         if logdir.exists():
-            logdir.rmdir()  # Empty, checked above.
+            logdir.rmdir()  # Empty, checked by `branch`.
         os.rename(temp, logdir)
         fsync_path(logdir.parent)
     except BaseException:
         shutil.rmtree(temp, ignore_errors=True)
         raise
     return number
+
+
+def _check_episodes(config, collected, where):
+    """A one-line `RunError` if ``config`` trains fewer episodes than the ``collected`` ones
+    (``where``: what holds them)."""
+    if config.train.episodes < collected:
+        raise RunError(f"Expected train.episodes >= the {collected} episodes collected {where}. "
+                       f"Received: train.episodes={config.train.episodes}")
 
 
 def _updates_at(rows, number, seed_episodes, updates_per_episode):
@@ -216,32 +295,10 @@ def _one_line(error):
     return text[0] if text else type(error).__name__
 
 
-def _directory(name, path, expected="a directory"):
-    """``path`` as a path; a one-line `RunError` naming ``name`` for an empty one (it would
-    mean the current directory) or a path that exists and is not a directory."""
-    if path is None or not str(path).strip():
-        raise RunError(f"Expected {expected}. Received: {name}={path!r}")
-    path = pathlib.Path(path)
-    if path.exists() and not path.is_dir():
-        raise RunError(f"Expected a directory. Received: {name}={str(path)!r} is a file")
-    return path
-
-
-def check_logdir(logdir):
-    """``logdir`` as a path: not empty, a directory if it exists (one-line `RunError`)."""
-    return _directory("logdir", logdir, "a run directory")
-
-
-def check_output_dir(name, path, run_dir):
-    """An output folder of a reader (``eval --out``, ``probe --out``), checked before any work:
-    not empty, a directory if it exists, and outside the run (readers never write into it).
-    Returns it as a path; one-line `RunError` naming ``name`` otherwise."""
-    path = _directory(name, path)
-    run_dir = pathlib.Path(run_dir).resolve()
-    if path.resolve() == run_dir or run_dir in path.resolve().parents:
-        raise RunError(f"Expected a folder outside the run {str(run_dir)!r} (readers never "
-                       f"write into it). Received: {name}={str(path)!r}")
-    return path
+def check_logdir(logdir, name="logdir"):
+    """``logdir`` as a path: not empty, a directory if it exists (one-line error naming
+    ``name``)."""
+    return run_dirs.check_directory(name, logdir, "a run directory")
 
 
 def read_config(logdir):
@@ -278,8 +335,11 @@ class Run:
     """
 
     def __init__(self, logdir, config, read_only=False, say=None):
-        self.logdir, self.config = check_logdir(logdir), config
         self.read_only = bool(read_only)
+        # A writer's logdir may hold its own run, but not lie inside another.
+        self.logdir = (check_logdir(logdir) if self.read_only
+                       else run_dirs.check_output_dir("logdir", logdir, own=True))
+        self.config = config
         self.say = say or (lambda text: print(text, file=sys.stderr, flush=True))
         self._lock = None
         self._writer = None
@@ -360,10 +420,7 @@ class Run:
                 f"logdir {self.logdir} holds a run with a different config ({yaml_config.describe_changes(fixed)}); "
                 "use a new --logdir or the same presets and --set values")
         collected = len(episode_files(self.logdir / "episodes"))
-        if self.config.train.episodes < collected:
-            raise RunError(
-                f"Expected train.episodes >= the {collected} episodes collected in "
-                f"{self.logdir}. Received: train.episodes={self.config.train.episodes}")
+        _check_episodes(self.config, collected, f"in {self.logdir}")
         _atomic_write(path, yaml_config.dump(self.config), fault="config_write")
         self.say(f"run {self.logdir}: {yaml_config.describe_changes(changes)} ({collected} episodes collected)")
 

@@ -269,9 +269,11 @@ def load_dict(path, presets=(), overrides=()):
 
 
 def save_dict(config, out):
-    """Writes a merged config dict to ``out/config.yaml``; returns the path."""
-    path = pathlib.Path(out) / "config.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Writes a merged config dict to ``out/config.yaml``; returns the path. ``out`` is
+    checked first (`bayes_planet.run_dirs.make_output_dir`): never a run's directory."""
+    from bayes_planet.run_dirs import make_output_dir
+
+    path = make_output_dir("out", out) / "config.yaml"
     temp = path.with_name(f".{path.name}.tmp")
     temp.write_text(yaml.safe_dump(config, sort_keys=False))
     temp.replace(path)
@@ -318,23 +320,32 @@ def add_arguments(parser):
     return parser
 
 
-def run_script(main, argv=None, deterministic=False):
+def run_script(main, argv=None, deterministic=False, resumes=False):
     """Runs a config-driven script's ``main(argv)`` from its ``__main__`` block and returns its
     value. TensorFlow is imported first with its benign start-up lines filtered (as the
     ``bayes-planet`` command does, `bayes_planet._startup`); ``deterministic`` turns on its op
     determinism (bit-reproducible command-line runs; tests call ``main`` in-process without).
-    A `ConfigError` (an unknown preset or key, a value of the wrong type or range) ends the
-    script as argparse ends a bad flag: one line ``<script>: error: <message>`` on stderr and
-    exit status 2, not a traceback."""
+    A `ConfigError` (an unknown preset or key, a value of the wrong type or range) or a
+    refused output folder (`bayes_planet.run_dirs.OutputDirError`) ends the script as argparse
+    ends a bad flag: one line ``<script>: error: <message>`` on stderr and exit status 2, not
+    a traceback. Ctrl-C ends it with one line and status 130 (``resumes``: saying that the
+    same command resumes)."""
     from bayes_planet import _startup
+    from bayes_planet.run_dirs import OutputDirError
 
     _startup.quiet_import("tensorflow")
     if deterministic:
         import tensorflow as tf
 
         tf.config.experimental.enable_op_determinism()
+    name = pathlib.Path(sys.argv[0]).name
     try:
         return main(argv)
-    except ConfigError as e:
-        print(f"{pathlib.Path(sys.argv[0]).name}: error: {e}", file=sys.stderr)
+    except (ConfigError, OutputDirError) as e:
+        print(f"{name}: error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted" + ("; run the same command again to resume (what "
+                                        "finished is kept)" if resumes else ""),
+              file=sys.stderr)
+        raise SystemExit(130) from None

@@ -23,6 +23,8 @@ import subprocess
 import sys
 from collections import defaultdict
 
+from bayes_planet.run_dirs import OutputDirError, check_output_dir
+
 _ROW = re.compile(r"^\| (?P<layer>.+?) \| (?:(?P<input>[a-z ]+) \| )?(?P<ms>[\d.]+) \| "
                   r"(?P<ratio>[\d.]+)× \|")
 
@@ -128,6 +130,10 @@ def main(argv=None):
                      f"Received: --python {[p for p, _ in args.python]}, --out {args.out}")
     if args.rounds < 1:
         parser.error(f"Expected a positive integer. Received: rounds={args.rounds}")
+    try:
+        check_output_dir("--out", args.out)
+    except OutputDirError as e:
+        parser.error(str(e))
     run(args.python, args.rounds, args.out, args.extra)
     print(summarize(args.out))
 

@@ -51,6 +51,7 @@ import numpy as np
 
 from bayes_planet import recalibration, yaml_config
 from bayes_planet import uncertainty_metrics as metrics
+from bayes_planet.run_dirs import make_output_dir
 from benchmarks import uncertainty_models
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
@@ -262,8 +263,7 @@ def task_models(family, dataset, names):
 
 def run(config, out):
     """Every task x model x seed; writes results.json, summary.md and the plots."""
-    out = pathlib.Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_dir("out", out)
     results = {"config": config, "tasks": {}}
     start = time.perf_counter()
     uncertainty_models.warm_up()

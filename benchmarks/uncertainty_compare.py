@@ -26,6 +26,8 @@ import pathlib
 
 import numpy as np
 
+from bayes_planet.run_dirs import OutputDirError, check_output_dir
+
 #: metrics never compared: wall-clock training time and its ratio to the twin's.
 TIMING = ("train_seconds", "train_time_ratio")
 #: metrics that must match exactly: the architecture.
@@ -145,6 +147,11 @@ def main(argv=None):
     parser.add_argument("--alpha", type=float, default=0.05, help="test level and FDR")
     parser.add_argument("--out", type=pathlib.Path, help="write the markdown report here too")
     args = parser.parse_args(argv)
+    if args.out:  # Its folder: never a run's.
+        try:
+            check_output_dir("--out", args.out.parent)
+        except OutputDirError as e:
+            parser.error(str(e))
     report = compare(json.loads(args.a.read_text()), json.loads(args.b.read_text()), args.alpha)
     text = report_markdown(report, args.names)
     if args.out:

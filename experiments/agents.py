@@ -17,8 +17,11 @@ weight prior, seed) of ``tasks`` × ``estimators`` × ``betas`` × ``novelties``
 ``value_novelties`` × ``weight_priors`` × the task's
 seeds (``seeds``, or its entry of ``seeds_per_task``), in ``<out>/runs/<variant>/seed<seed>/`` for one task and
 ``<out>/runs/<task>/<variant>/seed<seed>/`` for several (the variant is then named
-``<task>/<variant>`` everywhere), with its output in ``train.log`` and the launcher's
-wall-clock in ``launches.jsonl``. Sequential by default (``--parallel N`` runs N at once;
+``<task>/<variant>`` everywhere), with its output in ``<run>.launch/train.log`` beside it and
+every launch in ``<run>.launch/launches.jsonl`` (its start and its end: finished, failed,
+interrupted by Ctrl-C, or orphaned when its launcher was killed; `launches`). The grid never
+writes into a run (only its trainer does), and refuses an ``out`` that is or lies inside a
+run (`bayes_planet.run_dirs`). Sequential by default (``--parallel N`` runs N at once;
 the runs then share the cores, which inflates their wall-clock). Rerunning the command skips
 finished runs (as many episodes on disk as ``train.episodes``) and resumes unfinished ones
 (the trainer restores its checkpoint and replay); a larger ``train.episodes`` in ``overrides``
@@ -86,6 +89,7 @@ import json
 import math
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import time
@@ -95,6 +99,7 @@ import numpy as np
 from bayes_planet import yaml_config as _config  # noqa: E402
 from bayes_planet.experiment import load_script
 from bayes_planet.replay import episode_files
+from bayes_planet.run_dirs import check_output_dir
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 report = load_script(pathlib.Path(__file__).with_name("agents_report.py"), "agents_report")
@@ -222,16 +227,85 @@ def _env():
 
 
 def launch_logs(run):
-    """The folder of a run's ``train.log`` and ``launches.jsonl``: its ``logs`` if it has one
-    (a branch: its logdir must be empty until `bayes-planet train --branch-from` fills it),
-    else its logdir."""
-    return pathlib.Path(run.get("logs", run["logdir"]))
+    """The folder of a run's ``train.log`` and ``launches.jsonl``, beside its logdir (only the
+    trainer writes into a run; a branch's logdir must be empty until
+    ``bayes-planet train --branch-from`` fills it): ``<logdir>.launch``."""
+    logdir = pathlib.Path(run["logdir"])
+    return logdir.with_name(logdir.name + ".launch")
+
+
+def _record_launch(run, row):
+    """Appends ``row`` to ``launches.jsonl`` on a line of its own (after a torn last line of a
+    killed launcher too)."""
+    path = launch_logs(run) / "launches.jsonl"
+    with open(path, "ab+") as f:
+        torn = False
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            torn = f.read(1) != b"\n"
+        f.write((("\n" if torn else "") + json.dumps(row) + "\n").encode())
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def launches(run):
+    """Every launch of the run's trainer, oldest first: ``{launch, started, command, pid,
+    launcher, host, seconds, returncode, outcome}``. ``launches.jsonl`` has a ``start`` row
+    when a trainer starts and an ``end`` row when it ends (``outcome`` finished, failed,
+    interrupted: the launcher stopped it on Ctrl-C, or orphaned: its launcher ended without
+    recording the end, `record_orphans`); a launch without an end row yet has outcome None.
+    Rows of launchers before start rows (one row per finished launch) read as ended launches."""
+    rows, found = [], {}
+    for path in (launch_logs(run) / "launches.jsonl",
+                 pathlib.Path(run["logdir"]) / "launches.jsonl"):  # before `launch_logs`
+        rows = read_jsonl(path) + rows
+    for row in rows:
+        if "event" not in row:  # One row per launch, written when it ended.
+            found[len(found)] = {**row, "outcome": "finished" if row["returncode"] == 0
+                                 else "failed"}
+        elif row["event"] == "start":
+            found[row["launch"]] = {**row, "seconds": None, "returncode": None,
+                                    "outcome": None}
+        elif row["launch"] in found:
+            found[row["launch"]].update({k: row[k] for k in ("seconds", "returncode",
+                                                             "outcome")})
+    for launch in found.values():
+        launch.pop("event", None)
+    return list(found.values())
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def record_orphans(run, say=print, name="agents"):
+    """Ends the run's launches whose launcher on this host is gone without recording their end
+    (killed, or its machine restarted) with an ``orphaned`` row; returns how many."""
+    host, count = socket.gethostname(), 0
+    for launch in launches(run):
+        if (launch["outcome"] is None and launch.get("host") == host
+                and not _alive(launch["launcher"])):
+            _record_launch(run, {"event": "end", "launch": launch["launch"], "seconds": None,
+                                 "returncode": None, "outcome": "orphaned"})
+            count += 1
+            say(f"{name}: {run['variant']} seed {run['seed']}: the launch of "
+                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(launch['started']))} "
+                "ended without its launcher (recorded as orphaned)")
+    return count
 
 
 def launch(runs, base_presets, parallel=1, say=print, name="agents"):
     """Runs the unfinished runs (at most ``parallel`` at once); returns ``{logdir: status}``.
     A run's training command is its ``command`` if it has one (`experiments/branches.py`),
-    else `train_command`; its output goes to `launch_logs`; ``name`` begins each line said."""
+    else `train_command`; its output goes to `launch_logs`, where every launch is recorded
+    (`launches`); ``name`` begins each line said. Interrupted (Ctrl-C), it stops the trainers
+    it started, records them as interrupted and re-raises: the same command resumes."""
     status, pending, active = {}, [], []
     for run in runs:
         if episodes_on_disk(run["logdir"]) >= run["episodes"]:
@@ -245,46 +319,60 @@ def launch(runs, base_presets, parallel=1, say=print, name="agents"):
         while pending or active:
             while pending and len(active) < parallel:
                 run = pending.pop(0)
-                logs = launch_logs(run)
-                logs.mkdir(parents=True, exist_ok=True)
-                command = run.get("command") or train_command(run, base_presets)
-                log = open(logs / "train.log", "a")  # noqa: SIM115 (closed below)
-                log.write(f"$ {' '.join(command)}\n")
-                log.flush()
-                resumed = episodes_on_disk(run["logdir"])
-                process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                           env=_env())
-                active.append((run, process, log, time.time(), command))
-                point = run.get("branch_point")  # a branch holds its parent's episodes
+                active.append(_start(run, base_presets, say, name))
+                resumed, point = active[-1]["resumed"], run.get("branch_point")
                 where = (f" (resuming at episode {resumed})" if resumed and resumed != point
                          else f" (branched at episode {point})" if point else "")
                 say(f"{name}: [{total - len(pending)}/{total}] {run['variant']} seed "
                     f"{run['seed']}: started{where}")
             time.sleep(0.2)
             for item in list(active):
-                run, process, log, start, command = item
-                if process.poll() is None:
+                if item["process"].poll() is None:
                     continue
                 active.remove(item)
-                log.close()
-                seconds = time.time() - start
-                with open(launch_logs(run) / "launches.jsonl", "a") as f:
-                    f.write(json.dumps({"started": start, "seconds": seconds,
-                                        "returncode": process.returncode,
-                                        "command": command}) + "\n")
-                ok = process.returncode == 0
-                status[str(run["logdir"])] = "trained" if ok else f"failed ({process.returncode})"
+                run, code = item["run"], item["process"].returncode
+                seconds = _end(item, "finished" if code == 0 else "failed")
+                status[str(run["logdir"])] = "trained" if code == 0 else f"failed ({code})"
                 say(f"{name}: {run['variant']} seed {run['seed']}: "
-                    + (f"done in {seconds:.0f} s" if ok else
-                       f"FAILED with code {process.returncode}, see {launch_logs(run)}/train.log"))
-                if ok:  # While the other runs go on (runs finished before: after them all).
+                    + (f"done in {seconds:.0f} s" if code == 0 else
+                       f"FAILED with code {code}, see {launch_logs(run)}/train.log"))
+                if code == 0:  # While the other runs go on (runs finished before: after them all).
                     status.update(final_eval([run], say, name))
     finally:
-        for _, process, log, _, _ in active:  # Interrupted: stop our children; rerun resumes.
-            process.terminate()
-            process.wait()
-            log.close()
+        for item in active:  # Interrupted: stop our children; the same command resumes.
+            item["process"].terminate()
+            item["process"].wait()
+            _end(item, "interrupted")
     return status
+
+
+def _start(run, base_presets, say, name):
+    """Starts the run's trainer (after recording orphaned launches) and its start row."""
+    logs = launch_logs(run)
+    logs.mkdir(parents=True, exist_ok=True)
+    record_orphans(run, say, name)
+    command = run.get("command") or train_command(run, base_presets)
+    log = open(logs / "train.log", "a")  # noqa: SIM115 (closed by `_end`)
+    log.write(f"$ {' '.join(command)}\n")
+    log.flush()
+    resumed = episodes_on_disk(run["logdir"])
+    start = time.time()
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env())
+    launch_id = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+    _record_launch(run, {"event": "start", "launch": launch_id, "started": start,
+                         "command": command, "pid": process.pid, "launcher": os.getpid(),
+                         "host": socket.gethostname(), "resumed_at": resumed})
+    return {"run": run, "process": process, "log": log, "start": start, "id": launch_id,
+            "resumed": resumed}
+
+
+def _end(item, outcome):
+    """Closes a launch: its log, and its end row; returns its seconds."""
+    item["log"].close()
+    seconds = time.time() - item["start"]
+    _record_launch(item["run"], {"event": "end", "launch": item["id"], "seconds": seconds,
+                                 "returncode": item["process"].returncode, "outcome": outcome})
+    return seconds
 
 
 PROBE_WEIGHTS = ("per_episode", "shared", "mean")  # `bayes-planet probe --weights`
@@ -449,10 +537,18 @@ def local_runs(runs, archived):
 
 # ---------------------------------------------------------------- reading runs
 def read_jsonl(path):
+    """The rows of a JSON-lines file (none if it is missing; a torn line of a killed writer
+    is left out)."""
     path = pathlib.Path(path)
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
 
 
 def training_seconds(records):
@@ -512,8 +608,7 @@ def read_run(run, config):
             "weight_kl": [(r["env_steps"], r["weight_kl"]) for r in records if "weight_kl" in r],
         },
         "training_seconds": training_seconds(records) if records else None,
-        "launcher_seconds": sum(x["seconds"] for x in read_jsonl(logdir / "launches.jsonl"))
-        or None,
+        "launcher_seconds": sum(x["seconds"] or 0 for x in launches(run)) or None,
         "final_eval_return": evals[-1][1] if evals else None,
         "mean_eval_return": float(np.mean([e for _, e in evals])) if evals else None,
         "final_weight_kl": _last(records, "weight_kl"),
@@ -720,7 +815,7 @@ def main(argv=None):
                                             for s in config["table_steps"]):
         raise _config.ConfigError(f"table_steps: expected positive integer env steps, "
                                   f"received {config['table_steps']!r}")
-    out = pathlib.Path(config["out"])
+    out = check_output_dir("out", config["out"])  # Before anything is written.
     runs = grid(config, out)
     picked = only_variants(runs, args.only)
     archived = archived_runs(config)
@@ -740,4 +835,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(1 if _config.run_script(main)["failed"] else 0)
+    sys.exit(1 if _config.run_script(main, resumes=True)["failed"] else 0)

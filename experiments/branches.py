@@ -40,6 +40,7 @@ import numpy as np
 
 from bayes_planet import yaml_config as _config
 from bayes_planet.experiment import load_script
+from bayes_planet.run_dirs import check_output_dir
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 agents = load_script(pathlib.Path(__file__).with_name("agents.py"), "agents_experiment")
@@ -93,11 +94,12 @@ def parent_config(config):
 
 def branch_point(config, parent, previous, logdirs):
     """The parent's episode all branches start from: that of the branches already made
-    (their ``branch.json``), else the parent's newest checkpoint. Refuses, in one line,
+    (their ``branch.json``), else the parent's newest committed, readable checkpoint
+    (`bayes_planet.run.branch_checkpoint`, as ``bayes-planet train --branch-from``). Refuses, in one line,
     branches of another parent or point (a parent that has moved on since the branches were
     made is refused by `make_branches`, when a branch is to be made: reading them is fine).
     ``parent``, ``previous``: the parent's logdir and config (`parent_config`)."""
-    from bayes_planet.run import Run
+    from bayes_planet.run import Run, RunError, branch_checkpoint
 
     points = {}
     for logdir in logdirs:
@@ -113,10 +115,10 @@ def branch_point(config, parent, previous, logdirs):
                                   f"checkpoints of the parent: {sorted(set(points.values()))}")
     if points:
         return next(iter(points.values()))
-    checkpoints = Run(parent, previous, read_only=True).checkpoints()
-    if not checkpoints:
-        raise _config.ConfigError(f"parent: no checkpoint in {parent} to branch from")
-    return checkpoints[-1][0]
+    try:
+        return branch_checkpoint(parent, Run(parent, previous, read_only=True))[0]
+    except RunError as e:
+        raise _config.ConfigError(f"parent: {e}") from None
 
 
 def grid(config, out):
@@ -150,7 +152,6 @@ def grid(config, out):
         for item in sets:
             command += ["--set", item]
         runs.append({"variant": arm, "seed": seed, "logdir": logdir, "sets": sets,
-                     "logs": logdir.with_name(logdir.name + ".launch"),
                      "command": command, "branch_point": point,
                      "episodes": point + config["episodes"],
                      "final_eval_episodes": config["eval"]["episodes"],
@@ -171,11 +172,15 @@ def make_branches(runs, config):
     for run in runs:
         if (run["logdir"] / "config.yaml").exists():
             continue
-        made = run_lib.branch(config["parent"], run["logdir"], _config.Config(run["config"]))
+        try:
+            made = run_lib.branch(config["parent"], run["logdir"],
+                                  _config.Config(run["config"]))
+        except run_lib.RunError as e:
+            raise _config.ConfigError(f"{run['variant']} seed {run['seed']}: {e}") from None
         if made != run["branch_point"]:
             shutil.rmtree(run["logdir"])
             raise _config.ConfigError(
-                f"the parent's newest checkpoint is {made}, the branches start from "
+                f"the parent's branch checkpoint is {made}, the branches start from "
                 f"{run['branch_point']}: {run['logdir']} would start elsewhere; give the "
                 "branches still to make their own out")
 
@@ -266,7 +271,7 @@ def main(argv=None):
                                 "the table shows every arm", metavar="ARM")
     args = parser.parse_args(argv)
     config = agents.grid_config(args, CONFIG_PATH)
-    out = pathlib.Path(config["out"])
+    out = check_output_dir("out", config["out"])  # Before anything is written.
     runs = grid(config, out)
     picked = agents.only_variants(runs, args.only)
     _config.save_dict(config, out)
@@ -282,4 +287,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(1 if _config.run_script(main)["failed"] else 0)
+    sys.exit(1 if _config.run_script(main, resumes=True)["failed"] else 0)

@@ -21,11 +21,11 @@ noise, i)`` of ``--seed``: every noise meets the same initial states.
 import argparse
 import json
 import math
-import pathlib
 
 import numpy as np
 
 from bayes_planet import envs, seeds
+from bayes_planet.run_dirs import OutputDirError, check_output_dir
 
 #: PlaNet's six (the tasks grid's), by their canonical names, and issue #26's two sparse ones.
 TASKS = tuple("-".join(envs.resolve_task(t)) for t in envs.PLANET_TASKS) + (
@@ -108,6 +108,10 @@ def main(argv=None):
         parser.error(f"expected a positive integer. Received: --episodes {args.episodes}")
     if args.seed < 0:
         parser.error(f"expected a non-negative integer. Received: --seed {args.seed}")
+    try:  # Checked before any episode runs, as an unknown task is.
+        out = check_output_dir("--out", args.out)
+    except OutputDirError as e:
+        parser.error(str(e))
     for task in args.tasks:  # An unknown task fails before any episode runs.
         try:
             envs.resolve_task(task)
@@ -117,7 +121,6 @@ def main(argv=None):
     results = {task: measure(task, args.stds, args.episodes, args.seed) for task in args.tasks}
     text = table(results)
     print(text)
-    out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "random_actions.json").write_text(json.dumps(
         {"episodes": args.episodes, "seed": args.seed, "returns": results, "table": text},

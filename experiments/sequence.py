@@ -36,6 +36,7 @@ import numpy as np
 import yaml
 
 from bayes_planet import yaml_config
+from bayes_planet.run_dirs import make_output_dir
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
 
@@ -257,8 +258,7 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="output directory")
     args = parser.parse_args(argv)
     config = load_config(yaml_config.presets_from(args), args.set)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = make_output_dir("out", args.out)
     (out / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     start = time.perf_counter()
     results = run(config)

@@ -31,7 +31,6 @@ Writes ``results.json`` (settings, per-episode returns, timings) into ``--out``.
 import argparse
 import json
 import os
-import pathlib
 import sys
 import time
 
@@ -39,6 +38,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # bayes_planet.envs first: it sets up headless rendering before dm_control and mujoco load.
 from bayes_planet.envs import default_action_repeat, resolve_task  # noqa: E402  isort: skip
+from bayes_planet.run_dirs import OutputDirError, make_output_dir  # noqa: E402  isort: skip
 import mujoco  # noqa: E402
 import numpy as np  # noqa: E402
 from dm_control import suite  # noqa: E402
@@ -235,8 +235,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = make_output_dir("--out", args.out)
+    except OutputDirError as e:
+        raise SystemExit(f"true_simulator_cem.py: error: {e}") from None
     settings = {k: v for k, v in vars(args).items() if k != "out"}
     print(f"true-simulator CEM: {json.dumps(settings)}", flush=True)
     episodes = []

@@ -18,8 +18,8 @@ def branches():
 
 
 def _fake_parent(path, checkpoints=(3,)):
-    """A run folder as `branch_point` and `grid` read it: the debug config and checkpoint
-    folders (no tensors: nothing here restores them)."""
+    """A run folder as `branch_point` and `grid` read it: the debug config and checkpoints
+    of one variable, the checkpoint's number (readable, as a branch checkpoint must be)."""
     path.mkdir(parents=True)
     (path / "config.yaml").write_text(yaml_config.dump(config_lib.load(["debug"])))
     for number in checkpoints:
@@ -29,14 +29,22 @@ def _fake_parent(path, checkpoints=(3,)):
 
 def _fake_checkpoint(path, number):
     """Checkpoint ``number`` with its episodes and metrics row (as `run.branch` copies them)."""
-    (path / "checkpoints" / f"ckpt-{number:06d}").mkdir(parents=True)
-    (path / "checkpoints" / f"ckpt-{number:06d}" / "tensors").write_text(str(number))
+    import tensorflow as tf
+
+    tf.train.Checkpoint(number=tf.Variable(float(number))).write(
+        str(path / "checkpoints" / f"ckpt-{number:06d}" / "ckpt"))
     (path / "episodes").mkdir(exist_ok=True)
     for i in range(number):
         (path / "episodes" / f"{i:06d}-16.npz").touch()
     with open(path / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"episode": number, "env_steps": 16 * number, "return": 1.0,
                             "seconds": 1.0}) + "\n")
+
+
+def _checkpoint_number(folder):
+    import tensorflow as tf
+
+    return tf.train.load_variable(str(folder / "ckpt"), "number/.ATTRIBUTES/VARIABLE_VALUE")
 
 
 def _debug(branches, parent, *sets):
@@ -52,7 +60,8 @@ def test_grid_commands_are_branches_of_the_newest_checkpoint(branches, tmp_path)
         ("control", 0), ("horizon3", 0), ("control", 1), ("horizon3", 1)]  # seed-major
     run = runs[3]
     assert run["logdir"] == tmp_path / "out" / "runs" / "horizon3" / "seed1"
-    assert run["logs"] == tmp_path / "out" / "runs" / "horizon3" / "seed1.launch"
+    assert branches.agents.launch_logs(run) == tmp_path / "out" / "runs" / "horizon3" / \
+        "seed1.launch"
     assert run["command"][1:] == [
         "-m", "bayes_planet.cli", "train", "--branch-from", str(parent), "--logdir",
         str(run["logdir"]), "--quiet", "--set", "seed=1", "--set", "train.episodes=7",
@@ -153,7 +162,7 @@ def test_branch_point_refuses_mixed_or_moved_on_parents(branches, tmp_path):
     runs = branches.grid(config, out)
     assert [r["branch_point"] for r in runs] == [3, 3]
     with pytest.raises(branches._config.ConfigError,
-                       match=r"^the parent's newest checkpoint is 4, the branches start from 3: "
+                       match=r"^the parent's branch checkpoint is 4, the branches start from 3: "
                              r".*horizon3/seed0 would start elsewhere; give the branches still "
                              r"to make their own out$"):
         branches.make_branches(runs, config)
@@ -184,7 +193,7 @@ def test_make_branches_copies_every_branch_from_one_checkpoint(branches, tmp_pat
     branches.make_branches(runs[:2], config)
     for run in runs[:2]:
         assert json.loads((run["logdir"] / "branch.json").read_text())["episode"] == 3
-        assert (run["logdir"] / "checkpoints" / "ckpt-000003" / "tensors").read_text() == "3"
+        assert _checkpoint_number(run["logdir"] / "checkpoints" / "ckpt-000003") == 3
         assert len(list((run["logdir"] / "episodes").iterdir())) == 3
     assert not runs[2]["logdir"].exists()
     assert [r["branch_point"] for r in branches.grid(config, tmp_path / "out")] == [3] * 4
@@ -198,7 +207,7 @@ def test_make_branches_copies_every_branch_from_one_checkpoint(branches, tmp_pat
 
     monkeypatch.setattr(run_lib, "branch", parent_trains_on)
     with pytest.raises(branches._config.ConfigError,
-                       match=r"^the parent's newest checkpoint is 4, the branches start "
+                       match=r"^the parent's branch checkpoint is 4, the branches start "
                              r"from 3: .*horizon3/seed1 would start elsewhere"):
         branches.make_branches(runs[2:], config)
     assert (runs[2]["logdir"] / "config.yaml").exists() and not runs[3]["logdir"].exists()
@@ -227,5 +236,5 @@ def test_branches_debug_preset_end_to_end(branches, tmp_path):
         assert report["checkpoint"] == 4 and branch["eval"]["returns"] == report["returns"]
     again = branches.main(grid)
     assert {a["branches"]["0"]["status"] for a in again["arms"].values()} == {"finished before"}
-    launches = out / "runs" / "control" / "seed0.launch" / "launches.jsonl"
-    assert len(launches.read_text().splitlines()) == 1
+    (launch,) = branches.agents.launches({"logdir": out / "runs" / "control" / "seed0"})
+    assert launch["outcome"] == "finished"

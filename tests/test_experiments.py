@@ -245,7 +245,7 @@ def test_launch_evaluates_each_run_as_it_finishes(agents, tmp_path, monkeypatch)
     status = agents.launch(runs, [], say=lambda line: events.append(
         line.split(": ")[-1].split(" in ")[0]))  # "done in 1 s" -> "done"
     assert events[1:] == ["started", "done", ("eval", 0), "started",
-                          "FAILED with code 3, see " + str(tmp_path / "seed1") + "/train.log",
+                          "FAILED with code 3, see " + str(tmp_path / "seed1.launch") + "/train.log",
                           "started", "done", ("eval", 2)]
     assert list(status.values()) == ["trained", "failed (3)", "trained"]
 
@@ -297,8 +297,8 @@ def test_agents_debug_preset(agents, tmp_path):
     assert {r["status"] for v in again["variants"].values() for r in v["runs"].values()} == {
         "finished before"}
     agents.main(["--preset", "debug", "--out", str(tmp_path), "--aggregate-only"])
-    launches = tmp_path / "runs" / "deterministic" / "seed0" / "launches.jsonl"
-    assert len(launches.read_text().splitlines()) == 1
+    (launch,) = agents.launches({"logdir": tmp_path / "runs" / "deterministic" / "seed0"})
+    assert launch["outcome"] == "finished" and launch["seconds"] > 0
     # Latent probes of the finished runs, with sampled and posterior-mean weights.
     probed = agents.main(["--preset", "debug", "--out", str(tmp_path), "--probe", "--set",
                           "probe.episodes=1", "--set", "probe.weights=[per_episode, mean]"])

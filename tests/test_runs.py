@@ -344,11 +344,15 @@ def test_a_branch_refuses_other_data_or_model_presets_and_a_used_logdir(referenc
         f"bayes-planet train: error: Expected an empty or new logdir to branch into. "
         f"Received: logdir={str(used)!r} holds files but no run"]
     assert sorted(p.name for p in used.iterdir()) == ["notes.txt"]
-    for inside in (reference, reference / "branch"):
-        result = _branch(reference, inside)
-        assert _error_lines(result.stderr) == [
-            f"bayes-planet train: error: Expected a folder outside the run {str(reference)!r} "
-            f"(readers never write into it). Received: logdir={str(inside)!r}"]
+    result = _branch(reference, reference)
+    assert _error_lines(result.stderr) == [
+        f"bayes-planet train: error: Expected a folder outside the run {str(reference)!r} "
+        f"to branch into. Received: logdir={str(reference)!r}"]
+    result = _branch(reference, reference / "branch")
+    assert _error_lines(result.stderr) == [
+        "bayes-planet train: error: Expected a folder outside any run (only a run's trainer "
+        f"writes into it). Received: logdir={str(reference / 'branch')!r} lies inside the run "
+        f"{str(reference)!r}"]
     assert not (reference / "branch").exists()
     missing = _branch(tmp_path / "nothing", tmp_path / "new")
     assert _error_lines(missing.stderr) == [
@@ -501,7 +505,7 @@ def test_bad_logdirs_and_bad_runs_are_one_line_errors(tmp_path, capsys):
     (empty / "config.yaml").write_text("")
     cases = [
         (["train", "--preset", "debug", "--logdir", str(a_file)], "is a file"),
-        (["train", "--preset", "debug", "--logdir", str(a_file / "sub")], "cannot write"),
+        (["train", "--preset", "debug", "--logdir", str(a_file / "sub")], "lies inside"),
         (["train", "--preset", "debug", "--logdir", str(garbage)], "not valid YAML"),
         (["train", "--preset", "debug", "--logdir", str(empty)], "config mapping"),
         (["eval", "--logdir", str(garbage)], "not valid YAML"),
