@@ -134,7 +134,7 @@ def upgrade(data):
     * before ``model.weight_prior`` existed, the transition's prior was N(0, s²): a model
       section without the key gets ``weight_prior: normal`` (not today's default).
     * before the ``value`` section existed, the agent was PlaNet: a config without it gets
-      the default section (``value.enabled: false``).
+      the default section with ``value.enabled: false``.
     * before ``model.normalize_obs`` existed, observations were not normalized: a model
       section without the key gets ``normalize_obs: false``.
     * before ``model.obs_stddev`` existed, the observation likelihood had unit std: a model
@@ -183,7 +183,7 @@ def upgrade(data):
     if isinstance(model, dict) and "ensemble_size" not in model:
         model["ensemble_size"] = yaml_config.load_dict(_PATH)["model"]["ensemble_size"]
     if isinstance(model, dict) and "value" not in data:  # An agent config of any layout.
-        data["value"] = yaml_config.load_dict(_PATH)["value"]
+        data["value"] = {**yaml_config.load_dict(_PATH)["value"], "enabled": False}
     if isinstance(model, dict) and not {"factor_posterior", "factor_prior"} & model.keys():
         model["factor_posterior"], model["factor_prior"] = _OLD_RANK1_FACTORS
     if isinstance(data.get("value"), dict) and "replay_weight" not in data["value"]:

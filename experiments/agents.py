@@ -470,8 +470,10 @@ def archived_runs(config):
         finished = [run for variant in earlier["variants"].values()
                     for run in variant["runs"].values() if run["finished"]]
         # Runs that kept their training config are compared by it (`local_runs`): the same
-        # agent spelled with other presets or overrides merges. Older archives by the names.
+        # agent spelled with other presets or overrides merges. Older archives by the names;
+        # they ran over PlaNet's defaults, which are the `planet` preset now.
         if not all("config" in run for run in finished):
+            earlier_config["base_presets"] = ["planet", *earlier_config["base_presets"]]
             for key in ("base_presets", "overrides", "weight_priors"):
                 if earlier_config[key] != config[key]:
                     raise _config.ConfigError(

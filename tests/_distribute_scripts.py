@@ -347,8 +347,10 @@ def _world_models(estimator, strategy, overrides=(), learning_rate=1.0):
     from bayes_planet import config as config_lib
     from bayes_planet._keras import keras
     from bayes_planet.world_model import WorldModel
-    config = config_lib.load(["debug"], [f"model.estimator={estimator}", "loss.free_nats=0.5",
-                                         *overrides])
+    # PlaNet's world model (unit observation std, raw observations): with SGD(1) a sharper
+    # likelihood scales the gradients, and so the reduction-order differences, by 1/std².
+    config = config_lib.load(["planet", "debug"], [f"model.estimator={estimator}",
+                                                   "loss.free_nats=0.5", *overrides])
     single = WorldModel(config, (5,), 1)
     multi = WorldModel(config, (5,), 1, strategy=strategy)
     for a, b in zip(multi.variables, single.variables, strict=True):

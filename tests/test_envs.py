@@ -105,6 +105,18 @@ def test_pixel_specs_and_shapes():
     env.close()
 
 
+def test_the_task_table_gives_each_domain_its_action_repeat_and_camera():
+    """One row per domain (`envs.DOMAINS`): PlaNet's action repeats, camera 0 but quadruped's
+    2; a domain not in the table gets the fallback row."""
+    assert {task: envs.default_action_repeat(task) for task in envs.PLANET_TASKS} == {
+        "cartpole-swingup": 8, "reacher-easy": 4, "cheetah-run": 4, "finger-spin": 2,
+        "cup-catch": 4, "walker-walk": 2}
+    assert envs.DEFAULT_ACTION_REPEAT["walker"] == envs.DOMAINS["walker"]["action_repeat"]
+    assert envs.make("quadruped-walk", episode_length=4).camera == 2
+    assert envs.make("hopper-stand", episode_length=4).camera == 0
+    assert envs.default_action_repeat("hopper-stand") == 2
+
+
 @pytest.mark.parametrize("task", envs.PLANET_TASKS)
 def test_planet_tasks_render_pixels(task):
     env = envs.make(task, episode_length=16)

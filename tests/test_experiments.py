@@ -106,7 +106,7 @@ def test_agent_grid_names_and_commands(agents, tmp_path):
     runs = agents.grid(config, tmp_path)
     assert len(runs) == 6 and runs[0]["logdir"] == tmp_path / "runs" / "beta0" / "seed0"
     command = agents.train_command(runs[-1], config["base_presets"])
-    assert command[command.index("--preset") + 1] == "cpu"
+    assert command[command.index("--preset") + 1] == "planet,cpu"
     assert "planner.beta=1.0" in command and "planner.weight_samples=4" in command
     assert "task=cartpole-swingup_sparse" in command and "seed=2" in command
     config = load(agents.CONFIG_PATH, ["comparison"])
@@ -413,6 +413,7 @@ def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
     logdir = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "bayes_planet.cli", "train", "--preset",
                            "debug,value", "--logdir", str(logdir), "--set", "eval.video=false",
+                           "--set", "model.normalize_obs=false",  # it reads raw observations
                            "--quiet"], capture_output=True, text=True, timeout=600)
     # The traceback in the failure message: on a layers-only install it ends in
     # MissingExtraError, which conftest reports as a skip.

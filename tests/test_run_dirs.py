@@ -256,8 +256,8 @@ def test_eval_refuses_what_it_cannot_do_in_one_line(run, tmp_path, capsys, monke
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].endswith("argument --episodes: Expected a positive integer. "
                             "Received: '1e3'"), err
-    config = config_lib.read(run / "config.yaml")
-    assert not config.value.enabled
+    config = config_lib.with_overrides(config_lib.read(run / "config.yaml"),
+                                       ["value.enabled=false"])  # PlaNet: no value model
     with pytest.raises(config_lib.ConfigError, match=r"^Expected a run with a value model "
                        r"\(value.enabled: true\) for value.policy_proposals: .*Received: "
                        r"value.policy_proposals=3$"):

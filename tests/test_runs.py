@@ -636,17 +636,25 @@ def test_named_streams_are_stable_and_independent():
 
 def test_every_preset_validates_alone_and_after_cpu():
     """Each preset of configs.yaml merges and passes the config checks on its own and on top
-    of `cpu` (how the agent presets are combined); `proprio` is the tasks table's agent."""
+    of `planet,cpu` (how the agent presets were combined); the defaults are the tasks table's
+    agent, which `cpu,value,proprio` on top of `planet` spells out; `paper` is `planet`."""
     names = config_lib.presets()
-    assert {"paper", "cpu", "debug", "value", "proprio", "pixels", "state"} <= set(names)
+    assert {"planet", "paper", "cpu", "debug", "value", "proprio", "pixels", "state"} <= set(names)
     for name in names:
-        for presets in ([name], ["cpu", name]):
+        for presets in ([name], ["planet", "cpu", name]):
             assert config_lib.validate(config_lib.load(presets)), presets
-    c = config_lib.validate(config_lib.load(["cpu", "value", "proprio"]))
+    c = config_lib.validate(config_lib.load([]))
     assert (c.obs_type, c.model.obs_stddev, c.model.normalize_obs, c.train.updates_per_episode,
             c.train.episodes, c.value.enabled, c.planner.horizon, c.planner.cem.candidates,
-            c.planner.cem.iterations) == ("state", 0.1, True, 100, 100, True, 5, 200, 2)
-    assert config_lib.load(["paper"]) == config_lib.load([])  # PlaNet's sizes are the defaults
+            c.planner.cem.iterations, c.model.estimator) == (
+        "state", 0.1, True, 100, 100, True, 5, 200, 2, "reparameterization")
+    assert config_lib.load(["planet", "cpu", "value", "proprio"]) == config_lib.load([])
+    assert config_lib.load(["cpu", "value", "proprio"]) == config_lib.load([])
+    planet = config_lib.validate(config_lib.load(["planet"]))
+    assert (planet.train.episodes, planet.planner.horizon, planet.planner.cem.candidates,
+            planet.value.enabled, planet.model.obs_stddev, planet.model.normalize_obs) == (
+        1000, 12, 1000, False, 1.0, False)
+    assert config_lib.load(["paper"]) == config_lib.load(["planet"])
 
 
 def test_one_preset_grammar():

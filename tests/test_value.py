@@ -348,7 +348,7 @@ def test_a_config_without_a_value_section_is_planet():
     del data["value"]
     upgraded = config_lib.upgrade(data)
     assert upgraded["value"]["enabled"] is False
-    assert upgraded["value"] == config_lib.load().to_dict()["value"]
+    assert upgraded["value"] == config_lib.load(["planet"]).to_dict()["value"]
 
 
 # -- runs: reproducible and kill-safe with the value model ------------------------------------
@@ -567,7 +567,8 @@ def test_value_novelty_is_checked_and_older_configs_get_zero():
         config_lib.validate(config_lib.load(["debug"], ["value.novelty=-1"]))
     with pytest.raises(config_lib.ConfigError,
                        match=r"^Expected 0 unless value.enabled .*\. Received: value.novelty=1\.0$"):
-        config_lib.validate(config_lib.load(["debug"], ["value.novelty=1"]))  # no critic
+        config_lib.validate(config_lib.load(["debug"], ["value.enabled=false",
+                                                        "value.novelty=1"]))  # no critic
     for estimator in ("deterministic", "batch_ensemble"):
         with pytest.raises(config_lib.ConfigError,
                            match=rf"here model.estimator='{estimator}'\)\. Received: "

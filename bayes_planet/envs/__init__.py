@@ -21,6 +21,7 @@ from bayes_planet.envs import rendering  # isort: skip
 from bayes_planet.envs.checks import validate_action
 from bayes_planet.envs.dmc import (
     DEFAULT_ACTION_REPEAT,
+    DOMAINS,
     PLANET_TASKS,
     DMCEnv,
     default_action_repeat,
@@ -35,6 +36,7 @@ from bayes_planet.envs.video import side_by_side, write_video
 __all__ = [
     "DEFAULT_ACTION_REPEAT",
     "DMCEnv",
+    "DOMAINS",
     "FromGymnasium",
     "GymnasiumEnv",
     "PLANET_TASKS",

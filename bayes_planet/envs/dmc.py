@@ -43,6 +43,7 @@ from bayes_planet.envs.checks import (
 
 __all__ = [
     "DEFAULT_ACTION_REPEAT",
+    "DOMAINS",
     "default_action_repeat",
     "DMCEnv",
     "PLANET_TASKS",
@@ -65,19 +66,27 @@ PLANET_TASKS = (
 #: Short names accepted in addition to ``domain-task`` names from ``dm_control.suite``.
 TASK_ALIASES = {"cup-catch": "ball_in_cup-catch"}
 
-#: PlaNet's action repeat per domain; other domains use ``FALLBACK_ACTION_REPEAT``.
-DEFAULT_ACTION_REPEAT = {
-    "cartpole": 8,
-    "reacher": 4,
-    "cheetah": 4,
-    "finger": 2,
-    "ball_in_cup": 4,
-    "walker": 2,
+#: What each domain needs, one row each (the task table): its action repeat (PlaNet's) and
+#: camera (0, as in PlaNet; quadruped's as in Dreamer). A domain not listed uses
+#: ``FALLBACK_DOMAIN``.
+DOMAINS = {
+    "cartpole": {"action_repeat": 8, "camera": 0},
+    "reacher": {"action_repeat": 4, "camera": 0},
+    "cheetah": {"action_repeat": 4, "camera": 0},
+    "finger": {"action_repeat": 2, "camera": 0},
+    "ball_in_cup": {"action_repeat": 4, "camera": 0},
+    "walker": {"action_repeat": 2, "camera": 0},
+    "quadruped": {"action_repeat": 2, "camera": 2},
 }
-FALLBACK_ACTION_REPEAT = 2
+FALLBACK_DOMAIN = {"action_repeat": 2, "camera": 0}
 
-#: Default camera per domain (camera 0 unless listed, as in PlaNet; quadruped as in Dreamer).
-DEFAULT_CAMERA = {"quadruped": 2}
+#: PlaNet's action repeat per domain (from `DOMAINS`).
+DEFAULT_ACTION_REPEAT = {domain: row["action_repeat"] for domain, row in DOMAINS.items()}
+
+
+def domain_settings(domain):
+    """The task table's row of ``domain`` (`DOMAINS`, else `FALLBACK_DOMAIN`)."""
+    return DOMAINS.get(domain, FALLBACK_DOMAIN)
 
 #: Length of a DMC episode in control steps (before action repeat).
 DMC_EPISODE_LENGTH = 1000
@@ -140,11 +149,10 @@ def resolve_task(task):
 
 
 def default_action_repeat(task):
-    """PlaNet's action repeat for ``task`` (:data:`DEFAULT_ACTION_REPEAT` by its domain,
-    ``FALLBACK_ACTION_REPEAT`` for other domains); the task name is checked as by
-    :func:`resolve_task`."""
+    """PlaNet's action repeat for ``task`` (its domain's row of :data:`DOMAINS`); the task
+    name is checked as by :func:`resolve_task`."""
     domain, _ = resolve_task(task)
-    return DEFAULT_ACTION_REPEAT.get(domain, FALLBACK_ACTION_REPEAT)
+    return domain_settings(domain)["action_repeat"]
 
 
 class DMCEnv:
@@ -159,7 +167,7 @@ class DMCEnv:
         action_repeat: Physics control steps per agent step (rewards are summed); ``None`` uses
             PlaNet's default for the domain (:data:`DEFAULT_ACTION_REPEAT`).
         size: Image ``(height, width)`` (or an int for square images).
-        camera: Camera index or name; ``None`` uses the domain's default (:data:`DEFAULT_CAMERA`).
+        camera: Camera index or name; ``None`` uses the domain's (:data:`DOMAINS`).
         episode_length: Episode length in DMC control steps (before action repeat), default 1000;
             an episode has ``max_steps = episode_length // action_repeat`` agent steps.
         fast_render: If ``True`` (default), render without shadows or multisampling into an
@@ -213,7 +221,7 @@ class DMCEnv:
             )
         self.physics = self._env.physics
         self._camera_id = self._check_camera(
-            DEFAULT_CAMERA.get(self.domain, 0) if camera is None else camera
+            domain_settings(self.domain)["camera"] if camera is None else camera
         )
         self._configure_rendering(fast_render)
         # Created at the first render (state mode never opens a GL context while stepping).
