@@ -22,11 +22,35 @@ every launch in ``<run>.launch/launches.jsonl`` (its start and its end: finished
 interrupted by Ctrl-C, or orphaned when its launcher was killed; `launches`). The grid never
 writes into a run (only its trainer does), and refuses an ``out`` that is or lies inside a
 run (`bayes_planet.run_dirs`). Sequential by default (``--parallel N`` runs N at once;
-the runs then share the cores, which inflates their wall-clock). Rerunning the command skips
-finished runs (as many episodes on disk as ``train.episodes``) and resumes unfinished ones
-(the trainer restores its checkpoint and replay); a larger ``train.episodes`` in ``overrides``
-extends finished runs (``bayes_planet.config.EXTENDABLE_KEYS``: equal to runs that long from the
-start). All run configs are validated before the first launch.
+the runs then share the cores, which inflates their wall-clock), or on a Ray cluster
+(**Backends**). Rerunning the command skips finished runs (as many episodes on disk as
+``train.episodes``) and resumes unfinished ones (the trainer restores its checkpoint and
+replay); a larger ``train.episodes`` in ``overrides`` extends finished runs
+(``bayes_planet.config.EXTENDABLE_KEYS``: equal to runs that long from the start). All run
+configs are validated before the first launch.
+
+**Backends** (``backend``; `experiments/branches.py` takes the same key). ``name: local``,
+the default, runs each trainer as a subprocess of the launcher. ``name: ray``
+(``pip install -e ".[ray]"``) runs each as one Ray task on the cluster at ``address`` (null:
+``ray.init()``'s default, a Ray started on this machine, else a new local one; ``auto``,
+``host:6379`` or ``ray://head:10001``) requesting ``num_cpus`` CPUs, so that Ray runs at most
+a node's CPUs / ``num_cpus`` runs on it (and sets their ``OMP_NUM_THREADS`` to it);
+``parallel`` bounds the tasks in flight as it bounds the subprocesses. A task runs the same
+command in the launcher's working directory, appending to the same ``train.log``, and the
+launcher records the same rows in ``launches.jsonl`` (the trainer's node and pid in the end
+row). So ``out`` (a branch grid's ``parent`` too) and the launcher's working directory must
+be on storage every node sees, at the same paths, with the same Python environment at the
+same path on every node. Resuming is as with local runs: the same command skips finished
+runs and resumes the others from their checkpoints, wherever they were killed; Ray does not
+retry a task (a lost node fails its run naming the Ray error; the rerun resumes it). Ctrl-C
+cancels the tasks with force (Ray kills the worker and its child, the trainer) and records
+them as interrupted. Final evaluations and probes run on the launcher's machine, a final
+evaluation as its run's task ends (a new run starts after it). On a cluster, from a
+checkout on the shared storage (the preset's ``out`` is relative to it)::
+
+    ray start --head --port=6379             # on the head; on each other node:
+    ray start --address=HEAD:6379            # (HEAD: the head's address)
+    python experiments/agents.py --preset tasks --parallel 16 --set 'backend={name: ray, address: auto}'
 
 **Aggregation** (always, also with ``--aggregate-only``), per variant over seeds:
 
@@ -250,8 +274,11 @@ def _record_launch(run, row):
 
 def launches(run):
     """Every launch of the run's trainer, oldest first: ``{launch, started, command, pid,
-    launcher, host, seconds, returncode, outcome}``. ``launches.jsonl`` has a ``start`` row
-    when a trainer starts and an ``end`` row when it ends (``outcome`` finished, failed,
+    launcher, host, node, backend, seconds, returncode, outcome}``: ``launcher`` and ``host``
+    the launcher's pid and machine, ``pid`` and ``node`` the trainer's (a `RayBackend`
+    task's once it ended, else None), ``error`` (Ray) the error of a task lost without a
+    return code. ``launches.jsonl`` has a ``start`` row when a trainer starts and an ``end``
+    row when it ends (``outcome`` finished, failed,
     interrupted: the launcher stopped it on Ctrl-C, or orphaned: its launcher ended without
     recording the end, `record_orphans`); a launch without an end row yet has outcome None.
     Rows of launchers before start rows (one row per finished launch) read as ended launches."""
@@ -264,11 +291,12 @@ def launches(run):
             found[len(found)] = {**row, "outcome": "finished" if row["returncode"] == 0
                                  else "failed"}
         elif row["event"] == "start":
-            found[row["launch"]] = {**row, "seconds": None, "returncode": None,
-                                    "outcome": None}
-        elif row["launch"] in found:
+            found[row["launch"]] = {"node": row.get("host"), "backend": "local", **row,
+                                    "seconds": None, "returncode": None, "outcome": None}
+        elif row["launch"] in found:  # `RayBackend`'s also: where it ran, or its Ray error
             found[row["launch"]].update({k: row[k] for k in ("seconds", "returncode",
-                                                             "outcome")})
+                                                             "outcome", "node", "pid", "error")
+                                         if k in row})
     for launch in found.values():
         launch.pop("event", None)
     return list(found.values())
@@ -300,12 +328,14 @@ def record_orphans(run, say=print, name="agents"):
     return count
 
 
-def launch(runs, base_presets, parallel=1, say=print, name="agents"):
-    """Runs the unfinished runs (at most ``parallel`` at once); returns ``{logdir: status}``.
+def launch(runs, base_presets, parallel=1, say=print, name="agents", backend=None):
+    """Runs the unfinished runs (at most ``parallel`` at once) on ``backend`` (`make_backend`;
+    None: `LocalBackend`); returns ``{logdir: status}``.
     A run's training command is its ``command`` if it has one (`experiments/branches.py`),
     else `train_command`; its output goes to `launch_logs`, where every launch is recorded
     (`launches`); ``name`` begins each line said. Interrupted (Ctrl-C), it stops the trainers
     it started, records them as interrupted and re-raises: the same command resumes."""
+    backend = backend or LocalBackend()
     status, pending, active = {}, [], []
     for run in runs:
         if episodes_on_disk(run["logdir"]) >= run["episodes"]:
@@ -313,13 +343,13 @@ def launch(runs, base_presets, parallel=1, say=print, name="agents"):
         else:
             pending.append(run)
     say(f"{name}: {len(runs)} runs, {len(runs) - len(pending)} already finished, "
-        f"{len(pending)} to run ({parallel} at a time)")
+        f"{len(pending)} to run ({parallel} at a time{backend.where})")
     total = len(pending)
     try:
         while pending or active:
             while pending and len(active) < parallel:
                 run = pending.pop(0)
-                active.append(_start(run, base_presets, say, name))
+                active.append(_start(run, base_presets, say, name, backend))
                 resumed, point = active[-1]["resumed"], run.get("branch_point")
                 where = (f" (resuming at episode {resumed})" if resumed and resumed != point
                          else f" (branched at episode {point})" if point else "")
@@ -327,52 +357,214 @@ def launch(runs, base_presets, parallel=1, say=print, name="agents"):
                     f"{run['seed']}: started{where}")
             time.sleep(0.2)
             for item in list(active):
-                if item["process"].poll() is None:
+                code = backend.poll(item["handle"])
+                if code is None:
                     continue
                 active.remove(item)
-                run, code = item["run"], item["process"].returncode
-                seconds = _end(item, "finished" if code == 0 else "failed")
+                run = item["run"]
+                seconds = _end(item, "finished" if code == 0 else "failed", code)
                 status[str(run["logdir"])] = "trained" if code == 0 else f"failed ({code})"
+                failed = (f"FAILED with code {code}" if isinstance(code, int) else
+                          f"FAILED ({code})")
                 say(f"{name}: {run['variant']} seed {run['seed']}: "
                     + (f"done in {seconds:.0f} s" if code == 0 else
-                       f"FAILED with code {code}, see {launch_logs(run)}/train.log"))
+                       f"{failed}, see {launch_logs(run)}/train.log"))
                 if code == 0:  # While the other runs go on (runs finished before: after them all).
                     status.update(final_eval([run], say, name))
     finally:
-        for item in active:  # Interrupted: stop our children; the same command resumes.
-            item["process"].terminate()
-            item["process"].wait()
-            _end(item, "interrupted")
+        for item in active:  # Interrupted: end our trainers; the same command resumes.
+            _end(item, "interrupted", backend.terminate(item["handle"]))
     return status
 
 
-def _start(run, base_presets, say, name):
-    """Starts the run's trainer (after recording orphaned launches) and its start row."""
-    logs = launch_logs(run)
-    logs.mkdir(parents=True, exist_ok=True)
+def _start(run, base_presets, say, name, backend):
+    """Starts the run's trainer on ``backend`` (after recording orphaned launches) and its
+    start row."""
+    launch_logs(run).mkdir(parents=True, exist_ok=True)
     record_orphans(run, say, name)
     command = run.get("command") or train_command(run, base_presets)
-    log = open(logs / "train.log", "a")  # noqa: SIM115 (closed by `_end`)
-    log.write(f"$ {' '.join(command)}\n")
-    log.flush()
     resumed = episodes_on_disk(run["logdir"])
     start = time.time()
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env())
+    handle = backend.start(run, command)
     launch_id = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
     _record_launch(run, {"event": "start", "launch": launch_id, "started": start,
-                         "command": command, "pid": process.pid, "launcher": os.getpid(),
-                         "host": socket.gethostname(), "resumed_at": resumed})
-    return {"run": run, "process": process, "log": log, "start": start, "id": launch_id,
-            "resumed": resumed}
+                         "command": command, "pid": handle.get("pid"), "launcher": os.getpid(),
+                         "host": socket.gethostname(), "node": handle.get("node"),
+                         "backend": backend.name, "resumed_at": resumed})
+    return {"run": run, "handle": handle, "start": start, "id": launch_id, "resumed": resumed}
 
 
-def _end(item, outcome):
-    """Closes a launch: its log, and its end row; returns its seconds."""
-    item["log"].close()
+def _end(item, outcome, code):
+    """Records a launch's end row (``code``: the trainer's return code, or a string saying why
+    there is none, or None) and the handle's ``end_row`` (`RayBackend`: the ``node`` and
+    ``pid`` of the trainer, known once it ended); returns its seconds."""
     seconds = time.time() - item["start"]
-    _record_launch(item["run"], {"event": "end", "launch": item["id"], "seconds": seconds,
-                                 "returncode": item["process"].returncode, "outcome": outcome})
+    row = {"event": "end", "launch": item["id"], "seconds": seconds,
+           "returncode": code if isinstance(code, int) else None, "outcome": outcome}
+    if isinstance(code, str):
+        row["error"] = code
+    row.update(item["handle"].get("end_row", {}))
+    _record_launch(item["run"], row)
     return seconds
+
+
+# ---------------------------------------------------------------- backends
+BACKENDS = ("local", "ray")
+
+
+def make_backend(config):
+    """The grid's backend from its ``backend`` config: `LocalBackend` (``name: local``) or
+    `RayBackend` (``name: ray``, its ``address`` and ``num_cpus``). A one-line `ConfigError`
+    for a bad value, and for ``ray`` without Ray installed; nothing is started or connected
+    (`launch` connects when it starts the first run)."""
+    spec = config["backend"]
+    name, address, num_cpus = spec["name"], spec["address"], spec["num_cpus"]
+    if name not in BACKENDS:
+        raise _config.ConfigError(f"Expected backend.name in {list(BACKENDS)}. Received: "
+                                  f"backend.name={name!r}")
+    if address is not None and (not isinstance(address, str) or not address.strip()):
+        raise _config.ConfigError("Expected null (a local Ray) or a Ray cluster's address "
+                                  "(auto, host:port, ray://host:10001). Received: "
+                                  f"backend.address={address!r}")
+    if isinstance(num_cpus, bool) or not isinstance(num_cpus, int) or num_cpus < 1:
+        raise _config.ConfigError(f"Expected a positive integer. Received: "
+                                  f"backend.num_cpus={num_cpus!r}")
+    if name == "local":
+        return LocalBackend()
+    return RayBackend(address, num_cpus)
+
+
+def _open_log(path, command):
+    """The run's ``train.log`` ``path`` opened to append, after a ``$ command`` line."""
+    log = open(path, "a")  # noqa: SIM115 (closed by the caller)
+    log.write(f"$ {' '.join(command)}\n")
+    log.flush()
+    return log
+
+
+class LocalBackend:
+    """Each trainer a subprocess of the launcher (the default). ``start(run, command)``
+    returns a handle (``pid`` and ``node`` of the trainer), ``poll(handle)`` its return code
+    once it ended (else None), ``terminate(handle)`` ends it and returns its return code."""
+
+    name, where = "local", ""
+
+    def start(self, run, command):
+        log = _open_log(launch_logs(run) / "train.log", command)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env())
+        return {"process": process, "log": log, "pid": process.pid,
+                "node": socket.gethostname()}
+
+    def poll(self, handle):
+        code = handle["process"].poll()
+        if code is not None:
+            handle["log"].close()
+        return code
+
+    def terminate(self, handle):
+        handle["process"].terminate()
+        handle["process"].wait()
+        handle["log"].close()
+        return handle["process"].returncode
+
+
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise _config.ConfigError('Expected Ray installed for the ray backend: pip install -e '
+                                  '".[ray]". Received: backend.name=\'ray\'') from None
+    return ray
+
+
+def _train_on_node(command, log_path, cwd):
+    """The body of a run's Ray task (`RayBackend`), on whichever node Ray schedules it: the
+    training command as a subprocess of the task's worker, in the launcher's working
+    directory ``cwd``, its output appended to ``log_path``; returns ``{returncode, node,
+    pid}``. A cancellation that reaches the task (KeyboardInterrupt) terminates the trainer;
+    a forced one kills the worker, and Ray its child, the trainer."""
+    node, log = socket.gethostname(), None
+    try:
+        log = _open_log(log_path, command)
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(),
+                                   cwd=cwd)
+    except OSError as e:
+        if log is not None:
+            log.close()
+        raise RuntimeError(f"on {node}: {e} (the runs and the launcher's working directory "
+                           "must be on storage every node sees, at the same paths)") from None
+    try:
+        while process.poll() is None:
+            time.sleep(0.5)
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            process.wait()
+        log.close()
+    return {"returncode": process.returncode, "node": node, "pid": process.pid}
+
+
+class RayBackend:
+    """Each trainer in a Ray task (`_train_on_node`) requesting ``num_cpus`` CPUs, on the Ray
+    cluster at ``address`` (None: ``ray.init()``'s default, ``RAY_ADDRESS`` or a Ray started
+    on this machine, else a new local one; a process already connected to Ray keeps its
+    connection). The same interface as `LocalBackend`: the trainer's ``node`` and ``pid``
+    are known when its task ends (``end_row``); ``poll`` returns a string naming the Ray
+    error of a task lost without a return code (its node died, its worker crashed);
+    ``terminate`` cancels the task with force (Ray kills the worker and the trainer) and returns
+    None. A task is not retried: the rerun resumes the run."""
+
+    name, where = "ray", ", as Ray tasks"
+
+    def __init__(self, address=None, num_cpus=1):
+        self.ray, self.address, self.num_cpus = _import_ray(), address, num_cpus
+        self._task = None
+
+    def _connect(self):
+        ray = self.ray
+        if not ray.is_initialized():
+            try:
+                ray.init(address=self.address, log_to_driver=False)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise _config.ConfigError(f"Expected a Ray cluster to connect to ({line}). "
+                                          f"Received: backend.address={self.address!r}") from None
+        self._task = ray.remote(num_cpus=self.num_cpus, max_retries=0)(_train_on_node)
+
+    def start(self, run, command):
+        if self._task is None:
+            self._connect()
+        log_path = os.path.abspath(launch_logs(run) / "train.log")
+        return {"ref": self._task.remote(command, log_path, os.getcwd()), "pid": None,
+                "node": None}
+
+    def poll(self, handle):
+        ready, _ = self.ray.wait([handle["ref"]], timeout=0)
+        return self._result(handle) if ready else None
+
+    def _result(self, handle, timeout=None):
+        try:
+            result = self.ray.get(handle["ref"], timeout=timeout)
+        except self.ray.exceptions.GetTimeoutError:
+            return None
+        except self.ray.exceptions.RayError as e:
+            return _ray_error(self.ray, e)
+        handle["end_row"] = {"node": result["node"], "pid": result["pid"]}
+        return result["returncode"]
+
+    def terminate(self, handle):
+        self.ray.cancel(handle["ref"], force=True)
+        code = self._result(handle, timeout=30)  # the task's end (cancelled: no return code)
+        return code if isinstance(code, int) else None
+
+
+def _ray_error(ray, error):
+    """A Ray error as one line: the type and first line of the task's own exception, or of
+    the Ray error (a lost node, a crashed worker, a task killed for memory)."""
+    if isinstance(error, ray.exceptions.RayTaskError) and error.cause is not None:
+        error = error.cause
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:200]}" if lines else type(error).__name__
 
 
 PROBE_WEIGHTS = ("per_episode", "shared", "mean")  # `bayes-planet probe --weights`
@@ -817,6 +1009,7 @@ def main(argv=None):
                                             for s in config["table_steps"]):
         raise _config.ConfigError(f"table_steps: expected positive integer env steps, "
                                   f"received {config['table_steps']!r}")
+    backend = make_backend(config)
     out = check_output_dir("out", config["out"])  # Before anything is written.
     runs = grid(config, out)
     picked = only_variants(runs, args.only)
@@ -825,7 +1018,7 @@ def main(argv=None):
     status = None
     if not args.aggregate_only:
         local = local_runs(picked, archived)
-        status = launch(local, config["base_presets"], config["parallel"])
+        status = launch(local, config["base_presets"], config["parallel"], backend=backend)
         if config["probe"]["enabled"]:
             probe(local, config, out)
         status.update(final_eval(local))

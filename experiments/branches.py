@@ -16,7 +16,8 @@ branch's seed and the episode's index)::
 ``bayes-planet eval --episodes <eval.episodes> --set <eval.planning...> --out
 <it>.eval`` (beside the branch). Every branch to train is copied from the parent before the
 first trains, so all start from one checkpoint even while the parent trains on. The
-launcher is `experiments/agents.py`'s: rerunning the command skips finished branches,
+launcher is `experiments/agents.py`'s, with its ``backend`` (local subprocesses, or Ray tasks
+on a cluster: its **Backends**): rerunning the command skips finished branches,
 resumes unfinished ones and evaluates those without a current ``eval.json``. Seed-major: a partly run grid has every
 arm at its first seeds. Every arm's config is checked before the first launch (a key that a
 branch cannot change, ``bayes_planet.config.BRANCH_FIXED_KEYS``, a non-planning key in
@@ -271,6 +272,7 @@ def main(argv=None):
                                 "the table shows every arm", metavar="ARM")
     args = parser.parse_args(argv)
     config = agents.grid_config(args, CONFIG_PATH)
+    backend = agents.make_backend(config)
     out = check_output_dir("out", config["out"])  # Before anything is written.
     runs = grid(config, out)
     picked = agents.only_variants(runs, args.only)
@@ -278,7 +280,8 @@ def main(argv=None):
     status = None
     if not args.aggregate_only:
         make_branches(picked, config)
-        status = agents.launch(picked, [], config["parallel"], name="branches")
+        status = agents.launch(picked, [], config["parallel"], name="branches",
+                               backend=backend)
         status.update(agents.final_eval(picked, name="branches"))
     results = aggregate(config, out, runs, status)
     print((out / "summary.md").read_text())

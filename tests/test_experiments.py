@@ -273,6 +273,57 @@ def test_launch_says_where_a_run_or_branch_starts(agents, tmp_path, monkeypatch)
                        "v seed 3: started (resuming at episode 4)"]
 
 
+@pytest.mark.parametrize("sets, message", [
+    (["backend.name=x"], r"^Expected backend\.name in \['local', 'ray'\]\. Received: "
+                         r"backend\.name='x'$"),
+    (["backend.num_cpus=0"], r"^Expected a positive integer\. Received: backend\.num_cpus=0$"),
+    (["backend.address=''"], r"^Expected null \(a local Ray\) or a Ray cluster's address .*"
+                             r"Received: backend\.address=''$"),
+])
+@pytest.mark.parametrize("script", ["agents", "branches"])
+def test_grid_backend_is_checked_in_one_line_before_anything_is_written(script, sets, message,
+                                                                        tmp_path):
+    """Both grids (the launcher is agents.py's) take the same ``backend`` key and refuse a
+    bad one in one line, before writing."""
+    module = _load(script)
+    argv = ["--preset", "debug", "--out", str(tmp_path / "out")]
+    for item in sets:
+        argv += ["--set", item]
+    with pytest.raises(module._config.ConfigError, match=message):
+        module.main(argv)
+    assert not (tmp_path / "out").exists()
+
+
+def test_ray_backend_without_ray_is_one_line_naming_the_extra(agents, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(agents._config.ConfigError,
+                       match=r'^Expected Ray installed for the ray backend: pip install -e '
+                             r'"\.\[ray\]"\. Received: backend\.name=\'ray\'$'):
+        agents.main(["--preset", "debug", "--out", str(tmp_path / "out"),
+                     "--set", "backend.name=ray"])
+    assert not (tmp_path / "out").exists()
+    assert isinstance(agents.make_backend(agents._config.load_dict(agents.CONFIG_PATH)),
+                      agents.LocalBackend)  # the default needs no Ray
+
+
+def test_grid_backends_default_is_one_and_importing_agents_imports_no_ray(agents):
+    """branches.yaml's ``backend`` defaults equal agents.yaml's (one launcher); Ray is an
+    optional extra: loading agents.py does not import it."""
+    import subprocess
+    import sys
+
+    branches = _load("branches")
+    assert (agents._config.load_dict(branches.CONFIG_PATH)["backend"]
+            == agents._config.load_dict(agents.CONFIG_PATH)["backend"]
+            == {"name": "local", "address": None, "num_cpus": 1})
+    code = ("import sys; from bayes_planet.experiment import load_script; "
+            f"load_script({str(_experiments.EXPERIMENTS / 'agents.py')!r}); "
+            "sys.exit('ray' in sys.modules)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
 # ---------------------------------------------------------------- agents: end to end
 def test_agents_debug_preset(agents, tmp_path):
     """Two tiny `bayes-planet train --preset debug` subprocesses, run side by side."""
