@@ -149,9 +149,10 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
     config = load(agents.CONFIG_PATH, ["comparison"])
     archive = tmp_path / "old_results.json"
     # An archive from before `tasks` and `weight_priors` (and before runs kept their config):
-    # one `task`, N(0, 1) priors.
-    earlier = {"task": config["tasks"][0],
-               **{k: config[k] for k in ("base_presets", "overrides")}}
+    # one `task`, N(0, 1) priors, its base presets over PlaNet's defaults (today's `planet`).
+    assert config["base_presets"] == ["planet", "cpu"]
+    earlier = {"task": config["tasks"][0], "base_presets": ["cpu"],
+               "overrides": config["overrides"]}
     old_run = {"finished": True, "curves": {"eval_return": [[1000, 1.0]]}}
     archive.write_text(json.dumps({"config": earlier, "variants": {"deterministic": {
         "estimator": "deterministic", "beta": 0.0, "runs": {"0": old_run}}}}))

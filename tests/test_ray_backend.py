@@ -180,6 +180,7 @@ def test_ctrl_c_cancels_the_ray_tasks_and_kills_their_trainers(agents, head, tmp
     assert not any(map(_alive, pids)), pids
 
 
+@pytest.mark.slow  # 40 s; the backend's bookkeeping is checked above with fake trainers
 def test_debug_grid_trains_on_ray_and_a_rerun_skips_it(agents, head, tmp_path):
     """The debug grid end to end on the Ray backend (2 runs side by side), then the same
     command again: nothing launched, the same results."""
@@ -220,7 +221,7 @@ runs = [{{"logdir": {str(tmp_path)!r} + f"/seed{{s}}", "variant": "v", "seed": s
 backend = agents.make_backend({{"backend": {{"name": "ray", "address": {head["client"]!r},
                                             "num_cpus": 1}}}})
 status = agents.launch(runs, [], parallel=2, say=lambda line: None, backend=backend)
-print(json.dumps([list(status.values())] + [agents.launches(run) for run in runs]))
+print(json.dumps([[status[run["logdir"]] for run in runs]] + [agents.launches(run) for run in runs]))
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=300)
