@@ -181,7 +181,7 @@ class Trainer:
         while replay.num_episodes < total:
             k = replay.num_episodes
             a.begin_episode(k)
-            losses = {}
+            losses, phase = {}, time.perf_counter()
             if k >= c.train.seed_episodes:
                 losses = self.train(max(0, self.target_updates(k) - int(a.updates.numpy())))
                 collector.collect_policy.set_exploration_noise(exploration_noise(
@@ -189,16 +189,21 @@ class Trainer:
                 policy, fault = collector.policy("collect", k), "plan"
             else:
                 policy, fault = collector.policy("random", k), "seed_episode"
+            updated = time.perf_counter()
             episode, _ = collector.collect(policy, "env_reset", k, fault=fault)
+            collected = time.perf_counter()
             record = {"episode": k + 1,
                       "env_steps": (replay.num_steps + len(episode["action"]) - 1)
                       * collector.env.action_repeat,
                       "updates": int(a.updates.numpy()),
                       "return": float(episode["reward"].sum()), **losses,
-                      "seconds": time.perf_counter() - start}
+                      "seconds": collected - start,
+                      # Wall-clock of the episode's phases (what a run's time is spent on).
+                      "seconds_updates": updated - phase, "seconds_collect": collected - updated}
             if k >= c.train.seed_episodes and (k + 1) % c.eval.every == 0:
                 record["eval_return"] = self.evaluate(k + 1)
                 self.summarize_open_loop(k + 1)
+                record["seconds_eval"] = time.perf_counter() - collected
             if (k + 1) % c.train.checkpoint_every == 0 or k + 1 == total:
                 a.save_checkpoint(k + 1)
             a.run.append_metrics(record)

@@ -306,6 +306,12 @@ def test_debug_run_end_to_end_then_eval(tmp_path):
     assert [r["episode"] for r in records] == [1, 2, 3]
     assert records[-1]["updates"] == 3 and "eval_return" in records[-1]
     assert np.isfinite(records[-1]["loss"]) and records[-1]["weight_kl"] > 0
+    # Each episode's phases: its updates (none in seed episodes), its collection, evaluation.
+    assert all(r["seconds_collect"] > 0 and r["seconds_updates"] >= 0 for r in records)
+    assert records[-1]["seconds_updates"] > 0 and records[-1]["seconds_eval"] > 0
+    assert "seconds_eval" not in records[0]
+    assert records[-1]["seconds"] - records[-2]["seconds"] >= (
+        records[-1]["seconds_updates"] + records[-1]["seconds_collect"])
     for name in ("learning_curve.png", "config.yaml", "checkpoints/ckpt-000003/ckpt.index"):
         assert (logdir / name).exists(), name
     assert list(logdir.glob("events.out.tfevents.*"))

@@ -1,11 +1,10 @@
 """Bad input to the layer library's helpers ends in one line naming the argument (issue #29)."""
 
-import json
-import zipfile
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from _keras_files import edited_keras_file  # tests/_keras_files.py
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
@@ -88,16 +87,11 @@ def test_a_keras_file_naming_an_unknown_regularizer_fails_at_load(tmp_path):
     model = keras.Sequential([keras.Input((3,)), bl.DenseFlipout(2)])
     path = tmp_path / "m.keras"
     model.save(path)
-    damaged = tmp_path / "damaged.keras"
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(damaged, "w") as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename == "config.json":
-                config = json.loads(data)
-                layer = config["config"]["layers"][-1]["config"]
-                layer["kernel_regularizer"]["class_name"] = "NoSuchThing"
-                layer["kernel_regularizer"]["registered_name"] = "NoSuchThing"
-                data = json.dumps(config).encode()
-            dst.writestr(item, data)
+
+    def unknown_regularizer(config):
+        regularizer = config["config"]["layers"][-1]["config"]["kernel_regularizer"]
+        regularizer["class_name"] = regularizer["registered_name"] = "NoSuchThing"
+
+    damaged = edited_keras_file(path, tmp_path / "damaged.keras", unknown_regularizer)
     with pytest.raises((ValueError, TypeError), match="NoSuchThing"):
         keras.models.load_model(damaged)

@@ -7,16 +7,15 @@ MC dropout's Monte Carlo average against its closed-form mean and variance, bad 
 and the float64 and mixed-precision dtypes.
 """
 
-import json
 import math
 import os
 import re
-import zipfile
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_probability as tfp
+from _keras_files import edited_keras_file  # tests/_keras_files.py
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
@@ -467,15 +466,8 @@ def test_ensemble_size_is_checked_again_when_a_model_is_loaded(tmp_path):
         bl.EnsembleModel.from_config(dict(config, ensemble_size=2))
     path = tmp_path / "ensemble.keras"
     model.save(path)
-    damaged = tmp_path / "damaged.keras"
-    with zipfile.ZipFile(path) as src, zipfile.ZipFile(damaged, "w") as dst:
-        for item in src.infolist():
-            data = src.read(item.filename)
-            if item.filename == "config.json":
-                saved = json.loads(data)
-                saved["config"]["ensemble_size"] = 2
-                data = json.dumps(saved).encode()
-            dst.writestr(item, data)
+    damaged = edited_keras_file(path, tmp_path / "damaged.keras",
+                                lambda saved: saved["config"].update(ensemble_size=2))
     with pytest.raises((ValueError, TypeError), match=r"ensemble_size=2 \(EnsembleModel's\)"):
         keras.models.load_model(damaged)
 

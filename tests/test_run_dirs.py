@@ -14,18 +14,10 @@ import sys
 
 import _experiments  # tests/_experiments.py
 import pytest
+from test_run_edges import BASE, _one_error_line, _snapshot
 
 from bayes_planet import cli, run_dirs
 from bayes_planet import config as config_lib
-
-BASE = ["--preset", "debug", "--quiet", "--set", "eval.video=false"]
-
-
-def _train(logdir, *sets, extra=()):
-    args = ["train", "--logdir", str(logdir), *BASE, *extra]
-    for s in sets:
-        args += ["--set", s]
-    return cli.main(args)
 
 
 def _branch(parent, logdir, *sets):
@@ -33,35 +25,6 @@ def _branch(parent, logdir, *sets):
     for s in sets:
         args += ["--set", s]
     return cli.main(args)
-
-
-def _snapshot(folder):
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None)
-            for p in sorted(folder.rglob("*"))}
-
-
-def _one_error_line(capsys, *needles, prefix="bayes-planet "):
-    err = [line for line in capsys.readouterr().err.strip().splitlines()
-           if not line.startswith("warning:")]
-    assert len(err) == 1 and err[0].startswith(prefix) and "error" in err[0], err
-    for needle in needles:
-        assert needle in err[0], err
-    return err[0]
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished debug run: 3 episodes, checkpoints 2 and 3."""
-    logdir = tmp_path_factory.mktemp("finished") / "run"
-    assert _train(logdir) == 0
-    return logdir
-
-
-@pytest.fixture
-def run(finished, tmp_path):
-    logdir = tmp_path / "run"
-    shutil.copytree(finished, logdir)
-    return logdir
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import yaml
 from bayes_planet import config as config_lib
 from bayes_planet import seeds, yaml_config
 
-WALL_CLOCK = ("seconds",)
+WALL_CLOCK = ("seconds", "seconds_updates", "seconds_collect", "seconds_eval")
 
 
 def _cli(*args, fault=None, timeout=600):
