@@ -196,6 +196,27 @@ def test_stacked_dvi_propagates_a_random_variable():
                                mean**2 @ scale**2 + var @ (loc**2 + scale**2), rtol=1e-5)
 
 
+@pytest.mark.parametrize("activation", ["relu", tf.nn.relu, keras.activations.relu,
+                                        keras.layers.ReLU()],
+                         ids=["name", "tf.nn.relu", "keras.activations.relu", "ReLU()"])
+def test_dvi_takes_relu_in_every_spelling_and_propagates_its_moments(activation):
+    """The rectified-Gaussian moments for every spelling of max(x, 0), as for 'relu'; a ReLU
+    layer with a slope or a cap is not max(x, 0) and is refused in one line."""
+    x = np.random.default_rng(0).standard_normal((4, 3)).astype("float32")
+    reference = bl.DenseDVI(5, activation="relu", seed=0)
+    reference(x)
+    layer = bl.DenseDVI(5, activation=activation, seed=0)
+    layer(x)
+    layer.set_weights(reference.get_weights())
+    for moment in ("mean", "variance"):
+        np.testing.assert_allclose(getattr(layer(x).distribution, moment)().numpy(),
+                                   getattr(reference(x).distribution, moment)().numpy(),
+                                   rtol=1e-6)
+    with pytest.raises(ValueError, match=r"only for activation=None, 'linear' or 'relu'\. "
+                                         r"Received: activation="):
+        bl.DenseDVI(5, activation=keras.layers.ReLU(negative_slope=0.1))
+
+
 @pytest.mark.parametrize("cls", DENSE + CONV2D, ids=lambda c: c.__name__)
 def test_seed_makes_outputs_reproducible(cls):
     is_conv = cls in CONV2D

@@ -305,3 +305,19 @@ def test_bad_arguments_are_named(cls, kwargs, match):
 def test_normal_predicted_scale_needs_even_inputs():
     with pytest.raises(ValueError, match="even"):
         Normal()(_x(2, 3))
+
+
+@pytest.mark.parametrize("target_shape", [(16,), (16, 1)])
+def test_the_log_prob_loss_matches_the_targets_rank_as_keras_losses_do(target_shape):
+    """A (B, 1) Normal prediction with (B,) or (B, 1) targets: the compiled loss is the mean of
+    -log p(y_b) over the B examples, on both stacks (Keras 3 matched no ranks: log_prob of (B,)
+    targets broadcast to [B, B]); the same targets and prediction as Keras' own MSE accepts."""
+    x = _x(16, 2)
+    y = _x(16, seed=1).reshape(target_shape)
+    model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1),
+                              Normal(scale=0.5, seed=0)])
+    model.compile(loss=negative_log_likelihood)
+    mean = model.layers[0](x).numpy()[:, 0]
+    expected = -stats.norm.logpdf(y.reshape(-1), mean, 0.5).mean()
+    np.testing.assert_allclose(model.evaluate(x, y, batch_size=16, verbose=0), expected,
+                               rtol=1e-5)

@@ -186,7 +186,7 @@ class DenseDVI(_compat.RandomVariableInputs, _BayesianDense):
                          kernel_regularizer, bias_regularizer, activity_regularizer,
                          kernel_constraint, bias_constraint, lora_rank, lora_alpha,
                          quantization_config, seed=seed, **kwargs)
-        if self.activation not in (keras.activations.linear, keras.activations.relu):
+        if not _is_relu(self.activation) and self.activation is not keras.activations.linear:
             raise ValueError(
                 "DenseDVI propagates moments in closed form only for activation=None, "
                 f"'linear' or 'relu'. Received: activation={activation!r}"
@@ -212,7 +212,7 @@ class DenseDVI(_compat.RandomVariableInputs, _BayesianDense):
             mean += b_loc
             if b_scale is not None:
                 var += tf.square(b_scale)
-        if self.activation is keras.activations.relu:
+        if _is_relu(self.activation):
             mean, var = relu_moments(mean, var)
         params = (mean, tf.sqrt(tf.maximum(var, _variance_floor(var.dtype))))
         dist = _normal(params)
@@ -222,6 +222,15 @@ class DenseDVI(_compat.RandomVariableInputs, _BayesianDense):
             return per_example_sample(_normal, params, sample_seed, dist)
 
         return RandomVariable(dist, value=lambda: sampler(seed), sampler=sampler)
+
+
+def _is_relu(activation):
+    """Whether ``activation`` is max(x, 0): Keras' ``relu``, ``tf.nn.relu`` or a plain
+    ``keras.layers.ReLU()`` (no max value, slope or threshold)."""
+    if activation in (keras.activations.relu, tf.nn.relu):
+        return True
+    return isinstance(activation, keras.layers.ReLU) and not activation.max_value and not (
+        activation.negative_slope) and not activation.threshold
 
 
 def _normal(params):

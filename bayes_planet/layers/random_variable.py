@@ -12,9 +12,10 @@ symbolic output is a plain ``KerasTensor`` of the value's shape and dtype. When
 the functional or Sequential model is then *run*, Keras passes each layer's
 actual outputs to the next layer unchanged, so the model returns the
 RandomVariable itself: ``model(x).distribution.log_prob(y)`` works, and so does
-``model.compile(loss=lambda y, rv: -rv.distribution.log_prob(y))`` followed by
-``model.fit`` (Keras's loss container reads only ``.shape``/``.dtype`` of the
-prediction before handing it to the loss). Layers that consume a RandomVariable
+``model.compile(loss=bl.negative_log_likelihood)`` followed by ``model.fit`` on both
+Keras stacks. (A lambda loss reading ``rv.distribution`` works on Keras 2 only, whose loss
+container reads only ``.shape``/``.dtype`` of the prediction before handing it to the loss;
+Keras 3 converts the prediction to a tensor first.) Layers that consume a RandomVariable
 (flows, ``Discretize``) therefore also accept a plain Tensor: that is what they see
 during symbolic shape inference. Crossing a ``tf.function`` boundary (a returned
 value, a SavedModel signature) converts a RandomVariable to its value; return
