@@ -41,6 +41,7 @@ Crash points for the tests: `bayes_planet.faults`.
 """
 
 import fcntl
+import itertools
 import json
 import math
 import os
@@ -115,16 +116,15 @@ def branch(parent, logdir, config):
                        f"{yaml_config.describe_changes(fixed)}; it may change any key but "
                        f"{', '.join(config_lib.BRANCH_FIXED_KEYS)}")
     source = Run(parent, previous, read_only=True)
-    for attempt in range(_BRANCH_TRIES):
+    for attempt in itertools.count(1):
         number, folder = branch_checkpoint(parent, source)
         _check_episodes(config, number, f"of {str(parent)!r} up to its checkpoint {number}, "
                                         "where the branch starts")
         try:
             return _copy_branch(source, logdir, config, number, folder)
         except FileNotFoundError:  # The parent, training on, removed that checkpoint meanwhile.
-            if attempt == _BRANCH_TRIES - 1:
+            if attempt == _BRANCH_TRIES:
                 raise
-    return None  # Not reached: the last try returns or raises.
 
 
 _BRANCH_TRIES = 5
@@ -169,8 +169,6 @@ def _unreadable(folder):
             value = np.asarray(reader.get_tensor(name))
             if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
                 return f"non-finite values in {name}"
-    except FileNotFoundError:
-        raise
     except Exception as e:  # noqa: BLE001 (any unreadable file: DataLossError, OpError, ...)
         return _one_line(e)
     return None

@@ -383,13 +383,13 @@ def _start(run, base_presets, say, name, backend):
     launch_logs(run).mkdir(parents=True, exist_ok=True)
     record_orphans(run, say, name)
     command = run.get("command") or train_command(run, base_presets)
-    resumed = episodes_on_disk(run["logdir"])
+    resumed, host = episodes_on_disk(run["logdir"]), socket.gethostname()
     start = time.time()
     handle = backend.start(run, command)
-    launch_id = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns()}"
+    launch_id = f"{host}-{os.getpid()}-{time.time_ns()}"
     _record_launch(run, {"event": "start", "launch": launch_id, "started": start,
                          "command": command, "pid": handle.get("pid"), "launcher": os.getpid(),
-                         "host": socket.gethostname(), "node": handle.get("node"),
+                         "host": host, "node": handle.get("node"),
                          "backend": backend.name, "resumed_at": resumed})
     return {"run": run, "handle": handle, "start": start, "id": launch_id, "resumed": resumed}
 

@@ -363,21 +363,20 @@ def random_variable_loss(fn):
     return _RANDOM_VARIABLE_LOSSES[fn]
 
 
-def _match_target_rank(y_true, y_pred):
-    """``y_true`` given the rank of the prediction's value ``y_pred`` as Keras matches a
-    target with a prediction for its own losses: a last axis of size 1 added to a target one
-    rank short, or removed from one a rank too long (the prediction, a distribution, keeps
-    its shape). Without it ``log_prob`` of ``(B,)`` targets under a ``(B, 1)`` prediction
-    broadcasts to ``[B, B]``."""
-    true_rank, pred_rank = len(y_true.shape), len(y_pred.shape)
-    if true_rank == pred_rank - 1 and y_pred.shape[-1] == 1:
-        return keras.ops.expand_dims(y_true, -1)
-    if true_rank == pred_rank + 1 and y_true.shape[-1] == 1:
-        return keras.ops.squeeze(y_true, -1)
-    return y_true
-
-
 if KERAS3:
+    def _match_target_rank(y_true, y_pred):
+        """``y_true`` given the rank of the prediction's value ``y_pred`` as Keras matches a
+        target with a prediction for its own losses: a last axis of size 1 added to a target one
+        rank short, or removed from one a rank too long (the prediction, a distribution, keeps
+        its shape). Without it ``log_prob`` of ``(B,)`` targets under a ``(B, 1)`` prediction
+        broadcasts to ``[B, B]``."""
+        true_rank, pred_rank = len(y_true.shape), len(y_pred.shape)
+        if true_rank == pred_rank - 1 and y_pred.shape[-1] == 1:
+            return keras.ops.expand_dims(y_true, -1)
+        if true_rank == pred_rank + 1 and y_true.shape[-1] == 1:
+            return keras.ops.squeeze(y_true, -1)
+        return y_true
+
     @keras.saving.register_keras_serializable(package="bayes_planet")
     class RandomVariableLoss(keras.losses.Loss):
         """Keras 3: the loss ``fn(y_true, y_pred)`` with ``y_pred`` the model's `RandomVariable`
