@@ -196,6 +196,11 @@ def upgrade(data):
         data["value"]["latent"] = "sample"
     if isinstance(data.get("value"), dict) and "novelty" not in data["value"]:
         data["value"]["novelty"] = 0.0
+    loss = data.get("loss")
+    if isinstance(loss, dict) and "kl_balance" not in loss:
+        loss["kl_balance"] = None
+    if isinstance(loss, dict) and "overshooting" not in loss:
+        loss["overshooting"] = 0
     planner = data.get("planner")
     if isinstance(planner, dict) and "warm_start" not in planner:
         planner["warm_start"] = False
@@ -231,7 +236,7 @@ _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.ensemble_s
                  "eval.episodes", "env.image_size", "env.episode_length", "env.action_repeat",
                  "value.imagine_horizon", "value.start_every", "value.units", "value.layers",
                  "planner.exploration_decay_steps")
-_NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals")
+_NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals", "loss.overshooting")
 _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "model.obs_stddev",
                    "train.learning_rate", "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
                    "value.actor_learning_rate", "value.grad_clip")
@@ -336,6 +341,14 @@ def validate(config):
     for path, choices in _CHOICES.items():
         if _get(data, path) not in choices:
             fail(path, f"one of {list(choices)}", _get(data, path))
+    balance = data["loss"]["kl_balance"]
+    if balance is not None and (isinstance(balance, bool) or not isinstance(balance, (int, float))
+                                or not 0 <= balance <= 1):
+        fail("loss.kl_balance", "null or a number in [0, 1]", balance)
+    if data["loss"]["overshooting"] >= data["train"]["chunk_length"]:
+        fail("loss.overshooting", "less than train.chunk_length="
+             f"{data['train']['chunk_length']} (each rollout starts inside a chunk)",
+             data["loss"]["overshooting"])
     seed = data["seed"]
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**31:
         fail("seed", "an integer in [0, 2**31)", seed)

@@ -6,6 +6,14 @@ Training objective per sequence chunk (Hafner et al., 2018, eq. 3; Tran et al.,
     loss = - E_q[log p(o_t | s_t)] - reward_scale * E_q[log p(r_t | s_t)]
            + kl_scale * max(free_nats, mean_t KL(q(z_t | ...) || p(z_t | h_t)))
            + weight_kl_scale * KL(q(W) || p(W)) / N
+           [+ kl_scale * max(free_nats, mean_{t,d} KL(sg q(z_{t+d}) || p(z_{t+d} | s_t, a)))
+            - reward_scale * mean_{t,d} log p(r_{t+d} | s_{t+d} ~ p(. | s_t, a))]
+
+The bracketed terms are ``loss.overshooting = D > 0``: the prior rolled d = 1..D steps
+open-loop from each posterior state with the replayed actions (PlaNet's latent overshooting,
+its targets stopped, and TD-MPC's multi-step reward loss). ``loss.kl_balance = a`` splits
+the state KL's gradient: a of it reaches the prior (KL(sg q || p)), 1 - a the posterior
+(KL(q || sg p); DreamerV2), its value unchanged.
 
 where ``KL(q(W) || p(W))`` is the sum of the Bayesian transition layers' KL terms
 and ``N`` the number of transitions in the replay buffer: the loss is an average
@@ -154,19 +162,57 @@ class WorldModel(tf.Module):
         post, prior = self.rssm.observe(embed, action, rssm_seed)
         feat = self.rssm.features(post)
         # Means over (members,) batch and time (over the global batch under a strategy).
-        recon, reward_lp, kl = distribute.global_mean([
-            self.obs_head(self.decoder(feat)).log_prob(obs),
-            self.reward_head(self.reward_net(feat)).log_prob(reward[..., None]),
-            self.rssm.kl(post, prior)])
-        kl_loss = tf.maximum(kl, self.loss_config.free_nats)
+        cfg = self.loss_config
+        recon, reward_lp, kl_loss, kl = self._global_terms(
+            [self.obs_head(self.decoder(feat)).log_prob(obs), self._reward_lp(post, reward)],
+            post, prior, cfg.kl_balance)
         weight_kl = self.weight_kl()
         n = tf.cast(num_transitions, tf.float32)
-        loss = (-recon - self.loss_config.reward_scale * reward_lp
-                + self.loss_config.kl_scale * kl_loss
-                + self.loss_config.weight_kl_scale * weight_kl / n)
+        loss = (-recon - cfg.reward_scale * reward_lp + cfg.kl_scale * kl_loss
+                + cfg.weight_kl_scale * weight_kl / n)
         metrics = {"loss": loss, "obs_nll": -recon, "reward_nll": -reward_lp, "state_kl": kl,
                    "weight_kl": weight_kl}
+        if cfg.overshooting:
+            over_reward_lp, over_kl_loss, over_kl = self._overshooting(
+                post, action, reward, tf.random.experimental.stateless_fold_in(rssm_seed, 1))
+            loss += cfg.kl_scale * over_kl_loss - cfg.reward_scale * over_reward_lp
+            metrics.update(loss=loss, overshooting_kl=over_kl,
+                           overshooting_reward_nll=-over_reward_lp)
         return loss, metrics, post
+
+    def _reward_lp(self, state, reward):
+        return self.reward_head(self.reward_net(self.rssm.features(state))).log_prob(
+            reward[..., None])
+
+    def _global_terms(self, terms, post, prior, balance=None):
+        """The global means of ``terms`` and of the state KL, then the KL's loss (free nats;
+        ``balance``: ``loss.kl_balance``) and the KL: ``[*means of terms, kl loss, kl]``."""
+        if balance is None:
+            *means, kl = distribute.global_mean([*terms, self.rssm.kl(post, prior)])
+            return [*means, tf.maximum(kl, self.loss_config.free_nats), kl]
+        stop = lambda state: {k: tf.stop_gradient(v) for k, v in state.items()}  # noqa: E731
+        *means, to_prior, to_post = distribute.global_mean(
+            [*terms, self.rssm.kl(stop(post), prior), self.rssm.kl(post, stop(prior))])
+        free = self.loss_config.free_nats
+        loss = (balance * tf.maximum(to_prior, free)
+                + (1.0 - balance) * tf.maximum(to_post, free))
+        return [*means, loss, to_prior]
+
+    def _overshooting(self, post, action, reward, seed):
+        """``loss.overshooting``'s terms: the prior rolled ``D`` steps open-loop from every
+        posterior state ``t < T - D`` with the replayed actions ``t+1..t+D``, its latents
+        against the posterior's (stopped: the targets) and its rewards against ``r_{t+1..t+D}``.
+        Returns ``(reward log-prob, KL loss, KL)``, means over starts and distances."""
+        steps = int(self.loss_config.overshooting)
+        length = tf.shape(action)[1]
+        # [T - D, D]: the time index of every (start, distance).
+        index = (tf.range(length - steps)[:, None] + 1 + tf.range(steps)[None, :])
+        starts = {k: v[:, :length - steps] for k, v in post.items()}
+        imagined = self.rssm.imagine(tf.gather(action, index, axis=1), starts, seed)
+        target = {k: tf.stop_gradient(tf.gather(v, index, axis=1)) for k, v in post.items()}
+        reward_lp, kl_loss, kl = self._global_terms(
+            [self._reward_lp(imagined, tf.gather(reward, index, axis=1))], target, imagined)
+        return reward_lp, kl_loss, kl
 
     def _train_step(self, batch, seed, num_transitions, return_posterior=False):
         """One update; metrics include ``finite`` (1.0, or 0.0 when the update was skipped).

@@ -1,0 +1,130 @@
+"""The world model's optional loss terms: KL balancing (``loss.kl_balance``) splits the state
+KL's gradient between prior and posterior without changing its value, and latent and reward
+overshooting (``loss.overshooting``) scores the prior's open-loop rollouts against the
+posterior and the real rewards."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from bayes_planet import config as config_lib
+from bayes_planet.world_model import WorldModel
+
+_OVERRIDES = ("loss.free_nats=0.0", "model.estimator=deterministic")
+
+
+def _model(*overrides):
+    config = config_lib.load(["debug"], [*_OVERRIDES, *overrides])
+    return WorldModel(config, (5,), 2)
+
+
+def _batch(seed=0):
+    rng = np.random.default_rng(seed)
+    return {"obs": tf.constant(rng.normal(size=(3, 8, 5)), tf.float32),
+            "action": tf.constant(rng.uniform(-1, 1, size=(3, 8, 2)), tf.float32),
+            "reward": tf.constant(rng.normal(size=(3, 8)), tf.float32)}
+
+
+def _twin(model, *overrides):
+    """A model of another loss config with ``model``'s weights."""
+    other = _model(*overrides)
+    for a, b in zip(model.trainable_variables, other.trainable_variables, strict=True):
+        b.assign(a)
+    return other
+
+
+def _kl_gradients(model, batch, seed):
+    """Gradients of the loss's KL part w.r.t. the prior's head and every variable."""
+    with tf.GradientTape(persistent=True) as tape:
+        loss, m = model.loss(batch, seed, 100)
+        kl_part = loss - m["obs_nll"] - 10.0 * m["reward_nll"] - m["weight_kl"] / 100.0
+    prior_head = tape.gradient(kl_part, model.rssm.prior_stats.trainable_variables)
+    every = tape.gradient(kl_part, model.trainable_variables)
+    return [g.numpy() for g in prior_head], [0.0 if g is None else g.numpy() for g in every]
+
+
+def test_kl_balance_splits_the_gradient_not_the_value():
+    batch, seed = _batch(), tf.constant([0, 3])
+    plain = _model()
+    models = {a: _twin(plain, f"loss.kl_balance={a}") for a in (0.0, 0.8, 1.0)}
+    plain_loss, plain_m = plain.loss(batch, seed, 100)
+    for model in models.values():
+        loss, m = model.loss(batch, seed, 100)
+        np.testing.assert_allclose(float(loss), float(plain_loss), rtol=1e-6)
+        np.testing.assert_allclose(float(m["state_kl"]), float(plain_m["state_kl"]), rtol=1e-6)
+    head0, every0 = _kl_gradients(plain, batch, seed)
+    grads = {a: _kl_gradients(model, batch, seed) for a, model in models.items()}
+    # The prior's head reaches the KL only through p: its gradient is a times the plain one.
+    for a, (head, _) in grads.items():
+        for g, g0 in zip(head, head0, strict=True):
+            np.testing.assert_allclose(g, a * g0, rtol=1e-4, atol=1e-7)
+    # KL(sg(q) || p) + KL(q || sg(p)) has the plain KL's gradient, everywhere (the posterior
+    # also reaches p through its samples); a weighs the two linearly.
+    for g1, g0, g, ref in zip(grads[1.0][1], grads[0.0][1], grads[0.8][1], every0, strict=True):
+        np.testing.assert_allclose(np.add(g1, g0), ref, rtol=1e-4, atol=1e-7)
+        np.testing.assert_allclose(g, np.add(0.8 * np.asarray(g1), 0.2 * np.asarray(g0)),
+                                   rtol=1e-4, atol=1e-7)
+
+
+def test_overshooting_one_step_is_the_one_step_prior():
+    """With a deterministic transition the prior's statistics do not depend on latent noise:
+    one step of overshooting from the posterior at t is the filter's prior at t + 1, so its KL
+    is the one-step KL averaged over t >= 1 and its reward term the one-step prior's."""
+    batch, seed = _batch(1), tf.constant([2, 5])
+    model = _model("loss.overshooting=1")
+    _, m = model.loss(batch, seed, 100)
+    embed = model.encoder(model.observation(batch["obs"]))
+    post, prior = model.rssm.observe(embed, batch["action"], tf.unstack(
+        tf.random.experimental.stateless_split(seed, 2))[1])
+    kl = model.rssm.kl(post, prior)[:, 1:]
+    np.testing.assert_allclose(float(m["overshooting_kl"]), float(tf.reduce_mean(kl)),
+                               rtol=1e-5)
+    assert float(m["overshooting_reward_nll"]) > 0.0
+
+
+def test_overshooting_adds_its_terms_to_the_loss():
+    batch, seed = _batch(2), tf.constant([1, 1])
+    plain = _model()
+    over = _twin(plain, "loss.overshooting=3")
+    loss0, m0 = plain.loss(batch, seed, 100)
+    loss, m = over.loss(batch, seed, 100)
+    for key in ("obs_nll", "reward_nll", "state_kl"):
+        np.testing.assert_allclose(float(m[key]), float(m0[key]), rtol=1e-6)
+    expected = float(loss0) + float(m["overshooting_kl"]) + 10.0 * float(
+        m["overshooting_reward_nll"])
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+    # Its gradient reaches the transition's prior head (the targets are stopped; the starts,
+    # posterior states, are not: PlaNet's overshooting).
+    with tf.GradientTape() as tape:
+        _, m = over.loss(batch, seed, 100)
+        part = m["overshooting_kl"]
+    grads = tape.gradient(part, over.rssm.prior_stats.trainable_variables)
+    assert all(float(tf.reduce_max(tf.abs(g))) > 0 for g in grads)
+
+
+@pytest.mark.parametrize("estimator", ["reparameterization", "rank1"])
+def test_overshooting_trains_every_transition(estimator):
+    model = _model(f"model.estimator={estimator}", "loss.overshooting=2",
+                   "loss.kl_balance=0.8")
+    metrics = model.train_step(_batch(3), tf.constant([0, 7]), 100)
+    assert float(metrics["finite"]) == 1.0
+    assert np.isfinite(float(metrics["overshooting_kl"]))
+
+
+@pytest.mark.parametrize("key, value, expected", [
+    ("loss.kl_balance", "1.5", "Expected null or a number in [0, 1]. Received: loss.kl_balance=1.5"),
+    ("loss.kl_balance", "-0.1", "Received: loss.kl_balance=-0.1"),
+    ("loss.overshooting", "-1", "Expected a non-negative integer. Received: loss.overshooting=-1"),
+    ("loss.overshooting", "8", "Expected less than train.chunk_length=8"),
+])
+def test_loss_keys_are_range_checked(key, value, expected):
+    with pytest.raises(config_lib.ConfigError) as info:
+        config_lib.validate(config_lib.load(["debug"], [f"{key}={value}"]))
+    assert expected in str(info.value)
+
+
+def test_runs_recorded_without_the_keys_keep_the_plain_loss():
+    data = config_lib.load().to_dict()
+    del data["loss"]["kl_balance"], data["loss"]["overshooting"]
+    loss = config_lib.upgrade(data)["loss"]
+    assert loss["kl_balance"] is None and loss["overshooting"] == 0
