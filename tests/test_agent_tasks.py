@@ -230,7 +230,9 @@ def test_anchors_file(report, agents, tmp_path):
     anchors = report.read_anchors()
     assert anchors["columns"] == [("TD-MPC", 40000), ("TD-MPC", 60000), ("TD-MPC", 100000),
                                   ("TD-MPC2", 100000), ("DreamerV3", 50000),
-                                  ("DreamerV3", 100000), ("SAC", 100000)]
+                                  ("DreamerV3", 100000), ("SAC", 100000), ("BRO", 50000),
+                                  ("BRO", 100000), ("SimbaV2", 100000), ("MR.Q", 50000),
+                                  ("MR.Q", 100000), ("DC-MPC", 50000), ("DC-MPC", 100000)]
     for task in _load(agents, ["tasks"])["tasks"]:
         assert sorted(anchors["returns"][task]) == sorted(anchors["columns"]), task
     for task in ["cartpole-swingup_sparse", "pendulum-swingup"]:  # issue #26 item 6's others

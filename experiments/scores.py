@@ -1,0 +1,225 @@
+"""The score files and the README's agent table, from the archive.
+
+Every archived run (a grid's ``results.json`` with its runs' configs and evaluation curves, or
+a run's own ``config.yaml`` + ``metrics.jsonl``) whose recorded config is one of the methods of
+``scores/methods.yaml`` is written to ``scores/<suite>/<task>.csv`` (``dmc_proprio`` from
+states, ``dmc_pixels`` from pixels; columns ``method,seed,env_step,return``, one row per
+evaluation: tdmpc2's ``results/`` layout). The README's table between ``<!-- scores:begin
+-->`` and ``<!-- scores:end -->`` is computed from those files and ``anchors.yaml``::
+
+    python experiments/scores.py            # write scores/ and the README's table
+    python experiments/scores.py --check    # exit 1 if either differs from what the archive gives
+
+A run met in several archives (a grid merged into another) is filed once, from the copy that
+reached furthest; two copies that disagree on an evaluation both ran (e.g. one on a machine
+that was lost): the further one is filed and the other reported.
+"""
+
+import argparse
+import csv
+import io
+import json
+import pathlib
+import sys
+
+import yaml
+
+from bayes_planet import config as config_lib
+from bayes_planet.experiment import load_script
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ARCHIVE = ROOT / "experiments" / "figures"
+SCORES = ROOT / "scores"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- scores:begin -->", "<!-- scores:end -->"
+COLUMNS = ("method", "seed", "env_step", "return")
+#: Keys that change nothing a run learns or scores: not part of a method.
+NEUTRAL_KEYS = ("task", "seed", "eval.video", "train.checkpoint_every",
+                "train.max_nonfinite_steps", *config_lib.EXTENDABLE_KEYS)
+TABLE_STEPS = (50000, 100000)
+ANCHOR_STEP = 100000
+
+report = load_script(pathlib.Path(__file__).with_name("agents_report.py"), "agents_report")
+
+
+def _flat(data, prefix=""):
+    out = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def read_methods(path=SCORES / "methods.yaml"):
+    """``{name: {'main': bool, 'about': str, 'config': flat config}}`` of the methods file."""
+    methods = {}
+    for name, spec in yaml.safe_load(pathlib.Path(path).read_text())["methods"].items():
+        flat = _flat(config_lib.validate(config_lib.load([], spec["overrides"])).to_dict())
+        methods[name] = {"main": bool(spec.get("main", False)), "about": spec["about"],
+                         "config": {k: v for k, v in flat.items() if k not in NEUTRAL_KEYS}}
+    return methods
+
+
+def method_of(config, methods):
+    """The method whose config ``config`` (a recorded run config, any layout) is; None if none."""
+    flat = _flat(config_lib.upgrade(json.loads(json.dumps(config))))
+    flat = {k: v for k, v in flat.items() if k not in NEUTRAL_KEYS}
+    matches = [name for name, m in methods.items() if m["config"] == flat]
+    return matches[0] if matches else None
+
+
+def _suite(config):
+    return "dmc_pixels" if config.get("obs_type") == "pixels" else "dmc_proprio"
+
+
+def archived_runs(archive=ARCHIVE):
+    """``[(source, config, [(env_step, return)])]`` of every run in the archive."""
+    runs = []
+    for path in sorted(archive.rglob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("variants"), dict):
+            continue
+        for name, variant in data["variants"].items():
+            for seed, run in variant.get("runs", {}).items():
+                curve = run.get("curves", {}).get("eval_return")
+                if run.get("config") and curve:
+                    source = f"{path.relative_to(archive)}:{name}:{seed}"
+                    runs.append((source, run["config"], [tuple(p) for p in curve]))
+    for path in sorted(archive.rglob("metrics.jsonl")):
+        if (path.parent / "config.yaml").exists():
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            curve = [(r["env_steps"], r["eval_return"]) for r in rows if "eval_return" in r]
+            config = config_lib.read(path.parent / "config.yaml").to_dict()
+            if curve:
+                runs.append((str(path.parent.relative_to(archive)), config, curve))
+    return runs
+
+
+def _agree(a, b):
+    common = dict(a).keys() & dict(b).keys()
+    return all(abs(dict(a)[s] - dict(b)[s]) < 1e-6 for s in common)
+
+
+def collect(runs, methods, log=sys.stderr):
+    """``{(suite, task): {(method, seed): curve}}`` of the runs of a method, each run once."""
+    files = {}
+    for source, config, curve in runs:
+        method = method_of(config, methods)
+        if method is None:
+            continue
+        key = (method, int(config["seed"]))
+        entries = files.setdefault((_suite(config), config["task"]), {})
+        old = entries.get(key)
+        if old is not None and not _agree(old[1], curve):
+            kept, dropped = (old, (source, curve)) if max(old[1])[0] >= max(curve)[0] else (
+                (source, curve), old)
+            print(f"scores: {config['task']} {method} seed {key[1]}: {kept[0]} and {dropped[0]} "
+                  f"disagree; filed {kept[0]} (to {max(kept[1])[0]} env steps)", file=log)
+            entries[key] = kept
+        elif old is None or max(curve)[0] > max(old[1])[0]:
+            entries[key] = (source, curve)
+    return {k: {key: sorted(c) for key, (_, c) in v.items()} for k, v in files.items()}
+
+
+def score_text(entries):
+    """The CSV text of one task's ``{(method, seed): curve}``."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(COLUMNS)
+    for (method, seed), curve in sorted(entries.items()):
+        for step, value in curve:
+            writer.writerow([method, seed, int(step), f"{value:.1f}"])
+    return out.getvalue()
+
+
+def score_files(archive=ARCHIVE, methods=None, log=sys.stderr):
+    """``{relative path: CSV text}`` of the score files the archive gives."""
+    methods = read_methods() if methods is None else methods
+    files = collect(archived_runs(archive), methods, log)
+    return {f"{suite}/{task}.csv": score_text(entries)
+            for (suite, task), entries in sorted(files.items())}
+
+
+def parse_scores(text):
+    """``{method: [run]}`` of a score file's text, runs as `agents_report.return_cells` takes
+    them (``env_steps`` and ``curves['eval_return']``)."""
+    curves = {}
+    for row in csv.DictReader(io.StringIO(text)):
+        curve = curves.setdefault(row["method"], {}).setdefault(int(row["seed"]), [])
+        curve.append((int(row["env_step"]), float(row["return"])))
+    return {method: [{"env_steps": max(c)[0], "curves": {"eval_return": sorted(c)}}
+                     for _, c in sorted(seeds.items())] for method, seeds in curves.items()}
+
+
+def table(files, methods, anchors):
+    """The README's table (markdown) from ``{relative path: CSV text}``, for ``dmc_proprio``."""
+    main = [name for name, m in methods.items() if m["main"]]
+    others = [name for name in methods if name not in main]
+    columns = [(m, s) for m, s in anchors["columns"] if s == ANCHOR_STEP]
+    header = (["task"] + [f"{name} {report.steps_label(s)}" for name in main for s in TABLE_STEPS]
+              + [f"other configs {report.steps_label(ANCHOR_STEP)}"]
+              + [f"{m} {report.steps_label(s)}" for m, s in columns])
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    order = list(anchors["returns"])
+    tasks = sorted((p.split("/", 1)[1][:-4] for p in files if p.startswith("dmc_proprio/")),
+                   key=lambda t: (order.index(t) if t in order else len(order), t))
+    for task in tasks:
+        scores = parse_scores(files[f"dmc_proprio/{task}.csv"])
+        cells = [task]
+        for name in main:
+            cells += (report.return_cells(scores[name], list(TABLE_STEPS)) if name in scores
+                      else [report.NOT_REACHED] * len(TABLE_STEPS))
+        other = [f"{name}: {report.return_cells(scores[name], [ANCHOR_STEP])[0]}"
+                 for name in others if name in scores]
+        cells.append("; ".join(other) or report.NOT_REACHED)
+        published = anchors["returns"].get(task, {})
+        cells += [f"{published[c]:g}" if c in published else report.NOT_REACHED for c in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def readme_with(text, block):
+    """``text`` (the README) with ``block`` between the score markers."""
+    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
+        raise ValueError(f"Expected one '{BEGIN}' before one '{END}' in the README")
+    head, rest = text.split(BEGIN)
+    return head + BEGIN + "\n" + block + rest[rest.index(END):]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="write nothing; exit 1 if scores/ or the README's table differ")
+    args = parser.parse_args(argv)
+    methods = read_methods()
+    files = score_files(methods=methods)
+    block = table(files, methods, report.read_anchors())
+    readme = readme_with(README.read_text(), block)
+    stale = [p for p, text in files.items()
+             if not (SCORES / p).exists() or (SCORES / p).read_text() != text]
+    extra = [str(p.relative_to(SCORES)) for p in SCORES.rglob("*.csv")
+             if str(p.relative_to(SCORES)) not in files]
+    if args.check:
+        if readme != README.read_text():
+            stale.append("README.md (its table)")
+        for path in stale + extra:
+            print(f"scores: {path} is not what the archive gives; run python "
+                  "experiments/scores.py", file=sys.stderr)
+        return 1 if stale or extra else 0
+    for path in extra:
+        (SCORES / path).unlink()
+    for path, text in files.items():
+        (SCORES / path).parent.mkdir(parents=True, exist_ok=True)
+        (SCORES / path).write_text(text)
+    README.write_text(readme)
+    print(block, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
