@@ -215,7 +215,7 @@ def run_realnvp(cfg, seed, out_dir):
 
     def log_prob(x):
         # Fig. 7: the flow applied to the base RandomVariable, layer by layer (a Keras 3
-        # Sequential returns a plain tensor for a RandomVariable input; README, Keras 3).
+        # Sequential returns a plain tensor for a RandomVariable input; docs/install.md, Keras 3).
         rv = RandomVariable(tfd.Normal(tf.zeros_like(x), 1.0))
         for layer in flow.layers:
             rv = layer(rv)

@@ -157,7 +157,7 @@ def test_save_load_across_stacks(tmp_path, newer_keras):
     """Between TF 2.15 (Keras 2) and TF >= 2.16 with Keras 3 (its default) or with tf-keras
     (TF_USE_LEGACY_KERAS=1), a model of mean-field conv/dense/LSTM and rank-1/BatchEnsemble layers
     moves by `.weights.h5` both ways with the same posterior-mean outputs and KL. Whole `.keras`
-    files: TF 2.15 -> tf-keras loads; nothing else does (README "Supported versions")."""
+    files: TF 2.15 -> tf-keras loads; nothing else does (docs/saving.md)."""
     versions = {python: _tf_version(python) for python in (sys.executable, OTHER_STACK_PYTHON)}
     older, newer = sorted(versions, key=versions.get)
     assert versions[older] < (2, 16) <= versions[newer], versions
