@@ -1,16 +1,16 @@
 """Environments: DeepMind Control Suite tasks with PlaNet's conventions, and their faces.
 
-* :func:`make` / :class:`DMCEnv`: the plain environment (``reset() -> obs``,
+* `make` / `DMCEnv`: the plain environment (``reset() -> obs``,
   ``step(action) -> (obs, reward, done, info)``), pixels or state, with the true physical state
   in ``info`` for probes. ``make('gym:Pendulum-v1')`` wraps a gymnasium env the same way.
-* :class:`GymnasiumEnv`: a plain environment as a ``gymnasium.Env``;
-  :class:`FromGymnasium`: a gymnasium environment as a plain environment.
-* :class:`TFAgentsEnv`: a plain environment as a TF-Agents ``PyEnvironment`` (imported lazily,
+* `GymnasiumEnv`: a plain environment as a ``gymnasium.Env``;
+  `FromGymnasium`: a gymnasium environment as a plain environment.
+* `TFAgentsEnv`: a plain environment as a TF-Agents ``PyEnvironment`` (imported lazily,
   so ``import bayes_planet.envs`` does not import TensorFlow).
-* :func:`write_video`, :func:`side_by_side`: episodes to mp4/gif.
+* `write_video`, `side_by_side`: episodes to mp4/gif.
 
 Importing this package chooses a headless ``MUJOCO_GL`` backend before ``dm_control`` is imported
-(see :mod:`bayes_planet.envs.rendering`).
+(see `bayes_planet.envs.rendering`).
 """
 
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
@@ -54,7 +54,7 @@ __all__ = [
 
 
 def __getattr__(name):
-    """Imports :class:`TFAgentsEnv` on first use (it pulls in TensorFlow and TF-Agents)."""
+    """Imports `TFAgentsEnv` on first use (it pulls in TensorFlow and TF-Agents)."""
     if name == "TFAgentsEnv":
         from bayes_planet.envs.tf_agents_env import TFAgentsEnv
 

@@ -1,11 +1,11 @@
 """DeepMind Control Suite environments with PlaNet's conventions.
 
-``make('cartpole-swingup')`` returns a :class:`DMCEnv`: 64x64x3 uint8 pixel observations (or the
+``make('cartpole-swingup')`` returns a `DMCEnv`: 64x64x3 uint8 pixel observations (or the
 flat proprioceptive state), PlaNet's per-domain action repeat with rewards summed over the
 repeats, episodes of ``1000 // action_repeat`` agent steps, seeding, clipped actions, and the true
 physical state returned with every step for latent probes.
 
-The plain environment API, shared with :class:`bayes_planet.envs.FromGymnasium`::
+The plain environment API, shared with `bayes_planet.envs.FromGymnasium`::
 
     obs = env.reset()                            # dict, e.g. {'image': uint8 [H, W, 3]}
     obs, reward, done, info = env.step(action)   # reward: float, done: bool
@@ -150,7 +150,7 @@ def resolve_task(task):
 
 def default_action_repeat(task):
     """PlaNet's action repeat for ``task`` (its domain's row of :data:`DOMAINS`); the task
-    name is checked as by :func:`resolve_task`."""
+    name is checked as by `resolve_task`."""
     domain, _ = resolve_task(task)
     return domain_settings(domain)["action_repeat"]
 
@@ -159,7 +159,7 @@ class DMCEnv:
     """A DeepMind Control Suite task with PlaNet's observation, repeat and episode conventions.
 
     Args:
-        task: ``'domain-task'`` name, e.g. ``'cartpole-swingup'``; see :func:`known_tasks`.
+        task: ``'domain-task'`` name, e.g. ``'cartpole-swingup'``; see `known_tasks`.
         obs_type: ``'pixels'`` for ``{'image': uint8 [H, W, 3]}`` observations or ``'state'``
             for ``{'state': float32 [D]}`` (the task's observation components, flattened in
             order).
@@ -324,7 +324,7 @@ class DMCEnv:
 
     @property
     def camera(self):
-        """Camera index or name used for observations and :meth:`render`."""
+        """Camera index or name used for observations and `render`."""
         return self._camera_id
 
     @property
@@ -351,7 +351,7 @@ class DMCEnv:
     # Episode API.
 
     def seed(self, seed):
-        """Re-seeds the task's random initial states; takes effect at the next :meth:`reset`.
+        """Re-seeds the task's random initial states; takes effect at the next `reset`.
 
         Args:
             seed: Non-negative integer, or ``None`` for a nondeterministic seed.
@@ -363,7 +363,7 @@ class DMCEnv:
         """Starts a new episode.
 
         Returns:
-            The first observation dict (see :meth:`observation_spec`).
+            The first observation dict (see `observation_spec`).
         """
         self._check_open()
         self._last_time_step = self._env.reset()
@@ -380,12 +380,12 @@ class DMCEnv:
         Returns:
             ``(obs, reward, done, info)``: the observation dict after the last repeat, the reward
             summed over repeats (float), whether the episode ended, and ``info`` =
-            :meth:`true_state` plus ``'discount'`` (float), ``'terminated'`` (the task ended the
+            `true_state` plus ``'discount'`` (float), ``'terminated'`` (the task ended the
             episode) and ``'truncated'`` (the episode reached ``max_steps``).
 
         Raises:
             ValueError: for an action of the wrong shape or with NaN/inf entries.
-            RuntimeError: if the episode is over (or never started): call :meth:`reset`.
+            RuntimeError: if the episode is over (or never started): call `reset`.
         """
         self._check_open()
         if self._done:
@@ -493,7 +493,7 @@ class DMCEnv:
             pass
 
     def __enter__(self):
-        """Returns ``self``; :meth:`close` runs on exit of the ``with`` block."""
+        """Returns ``self``; `close` runs on exit of the ``with`` block."""
         return self
 
     def __exit__(self, *exc_info):

@@ -1,7 +1,7 @@
 """`make`: one entry point for DMC tasks and gymnasium environments.
 
-It imports both :mod:`bayes_planet.envs.dmc` and :mod:`bayes_planet.envs.gym_adapter`; neither of
-them imports the other (their shared argument checks live in :mod:`bayes_planet.envs.checks`).
+It imports both `bayes_planet.envs.dmc` and `bayes_planet.envs.gym_adapter`; neither of
+them imports the other (their shared argument checks live in `bayes_planet.envs.checks`).
 """
 
 from bayes_planet.envs import rendering  # noqa: F401  # isort: skip  (MUJOCO_GL first)
@@ -26,9 +26,9 @@ def make(
     """Creates a plain environment for ``task``.
 
     Args:
-        task: A DMC ``'domain-task'`` name (see :func:`known_tasks`), or ``'gym:ENV_ID'`` for a
+        task: A DMC ``'domain-task'`` name (see `known_tasks`), or ``'gym:ENV_ID'`` for a
             gymnasium environment (e.g. ``'gym:Pendulum-v1'``) wrapped by
-            :class:`bayes_planet.envs.FromGymnasium`.
+            `bayes_planet.envs.FromGymnasium`.
         obs_type: ``'pixels'`` or ``'state'``.
         seed: Seed of the initial-state randomness (``None``: nondeterministic).
         action_repeat: Agent-step repeat; ``None`` uses PlaNet's per-domain default for DMC and 1
@@ -37,10 +37,10 @@ def make(
         camera: DMC camera index or name (``None``: domain default). Not used for gymnasium.
         episode_length: Episode length before action repeat (``None``: 1000 for DMC, the
             gymnasium env's time limit otherwise).
-        **kwargs: Passed to :class:`DMCEnv` (e.g. ``fast_render``) or :class:`FromGymnasium`.
+        **kwargs: Passed to `DMCEnv` (e.g. ``fast_render``) or `FromGymnasium`.
 
     Returns:
-        A :class:`DMCEnv` or :class:`bayes_planet.envs.FromGymnasium`.
+        A `DMCEnv` or `bayes_planet.envs.FromGymnasium`.
     """
     if isinstance(task, str) and task.startswith("gym:"):
         if camera is not None:

@@ -1,8 +1,8 @@
 """Gymnasium faces of the plain environments, in both directions.
 
-* :class:`GymnasiumEnv` wraps a plain environment (e.g. :class:`~bayes_planet.envs.DMCEnv`) as a
+* `GymnasiumEnv` wraps a plain environment (e.g. `bayes_planet.envs.DMCEnv`) as a
   ``gymnasium.Env``, so any gymnasium tooling can drive it.
-* :class:`FromGymnasium` makes a gymnasium environment (e.g. ``Pendulum-v1`` rendered to 64x64
+* `FromGymnasium` makes a gymnasium environment (e.g. ``Pendulum-v1`` rendered to 64x64
   pixels) look like a plain environment, so the agent can train on it.
 """
 
@@ -54,7 +54,7 @@ class GymnasiumEnv(gymnasium.Env):
     ``info`` dicts carry the true state (see ``DMCEnv.true_state``).
 
     Args:
-        env: A plain environment (:class:`~bayes_planet.envs.DMCEnv` or :class:`FromGymnasium`).
+        env: A plain environment (`bayes_planet.envs.DMCEnv` or `FromGymnasium`).
         render_mode: ``'rgb_array'`` (default) or ``None``.
     """
 
@@ -142,7 +142,7 @@ class FromGymnasium:
         size: Image ``(height, width)``.
         action_repeat: Environment steps per agent step; rewards are summed.
         seed: Seed for the first reset (``None``: nondeterministic); later resets continue the
-            environment's random stream unless :meth:`seed` is called.
+            environment's random stream unless `seed` is called.
         episode_length: Episode length in environment steps (before action repeat); ``None``
             uses the gymnasium time limit (``env.spec.max_episode_steps``), if any.
     """
@@ -256,7 +256,7 @@ class FromGymnasium:
     # Episode API ------------------------------------------------------------------------------
 
     def seed(self, seed):
-        """Seeds the next :meth:`reset` (``None``: nondeterministic)."""
+        """Seeds the next `reset` (``None``: nondeterministic)."""
         self._next_seed = check_seed(seed)
         self.gym_env.action_space.seed(self._next_seed)
 
@@ -278,7 +278,7 @@ class FromGymnasium:
 
         Raises:
             ValueError: for an action of the wrong shape or with NaN/inf entries.
-            RuntimeError: if the episode is over (or never started): call :meth:`reset`.
+            RuntimeError: if the episode is over (or never started): call `reset`.
         """
         if self._done:
             raise RuntimeError(

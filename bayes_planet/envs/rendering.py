@@ -3,21 +3,21 @@
 ``dm_control`` and ``mujoco`` read the ``MUJOCO_GL`` environment variable once, when they are
 first imported, and by default pick GLFW, which needs a display. This module therefore has to be
 imported before either of them; ``bayes_planet.envs`` imports it first, and importing this module
-selects a backend (see :func:`select_gl_backend`):
+selects a backend (see `select_gl_backend`):
 
 1. If the user set ``MUJOCO_GL`` (to a non-empty value), it is respected and nothing is probed.
 2. Otherwise ``egl`` and then ``osmesa`` are tried, each in a short-lived subprocess that renders
    one 8x8 frame, so a failing backend cannot poison this process. The first that works is
    written to ``os.environ['MUJOCO_GL']`` (child processes inherit it and skip the probe).
-3. If none works, nothing is set and :func:`require_rendering` raises
-   :class:`RenderingUnavailableError` naming the missing Debian packages. State-only use of the
+3. If none works, nothing is set and `require_rendering` raises
+   `RenderingUnavailableError` naming the missing Debian packages. State-only use of the
    environments keeps working.
 
 The module also fixes the ``RuntimeError: cannot schedule new futures after shutdown`` traceback
 that ``dm_control`` prints at interpreter exit when it renders through an offloading render
 thread (the OSMesa backend): ``dm_control`` frees its contexts in an ``atexit`` hook, which runs
 after Python has already shut down the thread pools. Objects passed to
-:func:`register_for_cleanup` are closed in a hook that runs *before* that shutdown.
+`register_for_cleanup` are closed in a hook that runs *before* that shutdown.
 """
 
 import atexit
@@ -149,7 +149,7 @@ def choose_backend(candidates=DEFAULT_CANDIDATES, probe=probe_backend):
 
     Args:
         candidates: Sequence of ``MUJOCO_GL`` values to try in order.
-        probe: Callable ``probe(backend) -> (ok, message)``; defaults to :func:`probe_backend`.
+        probe: Callable ``probe(backend) -> (ok, message)``; defaults to `probe_backend`.
 
     Returns:
         ``(backend, failures)``: the working backend (``None`` if none works) and a dict mapping
@@ -174,7 +174,7 @@ def select_gl_backend():
     already picked is reported instead (with a warning when that was not a deliberate choice).
 
     Returns:
-        The backend name, or ``None`` if no backend works (see :func:`require_rendering`).
+        The backend name, or ``None`` if no backend works (see `require_rendering`).
     """
     global _selection_done, _selected, _failures
     with _lock:
@@ -202,12 +202,12 @@ def select_gl_backend():
 
 
 def selected_backend():
-    """Returns the backend chosen by :func:`select_gl_backend` (running it if needed)."""
+    """Returns the backend chosen by `select_gl_backend` (running it if needed)."""
     return select_gl_backend()
 
 
 def require_rendering():
-    """Raises :class:`RenderingUnavailableError` unless a rendering backend is available.
+    """Raises `RenderingUnavailableError` unless a rendering backend is available.
 
     Returns:
         The selected backend name.
@@ -241,7 +241,7 @@ def register_for_cleanup(obj):
 
 
 def close_all():
-    """Closes every object registered with :func:`register_for_cleanup` that is still alive."""
+    """Closes every object registered with `register_for_cleanup` that is still alive."""
     for obj in list(_LIVE):
         try:
             obj.close()

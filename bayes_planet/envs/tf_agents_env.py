@@ -47,11 +47,11 @@ class TFAgentsEnv(py_environment.PyEnvironment):
 
     Observation spec: the plain environment's dict (``{'image': uint8 [H, W, 3]}`` or
     ``{'state': float32 [D]}``); action spec: float32 ``BoundedArraySpec``; reward and
-    discount are float32 scalars. :meth:`get_info` returns the last step's ``info`` (true state).
+    discount are float32 scalars. `get_info` returns the last step's ``info`` (true state).
 
     Args:
-        env: A plain environment (:class:`~bayes_planet.envs.DMCEnv` or
-            :class:`~bayes_planet.envs.FromGymnasium`).
+        env: A plain environment (`bayes_planet.envs.DMCEnv` or
+            `bayes_planet.envs.FromGymnasium`).
     """
 
     def __init__(self, env):

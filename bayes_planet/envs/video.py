@@ -53,7 +53,7 @@ def side_by_side(*videos, gap=2, gap_value=255):
     """Places videos next to each other (e.g. real | model), frame by frame.
 
     Args:
-        *videos: Videos of equal length and height, each as accepted by :func:`to_uint8_frames`.
+        *videos: Videos of equal length and height, each as accepted by `to_uint8_frames`.
         gap: Width in pixels of the separator column between videos.
         gap_value: uint8 value of the separator pixels (255 = white).
 
@@ -84,7 +84,7 @@ def write_video(frames, path, fps=30.0):
     """Writes frames to an ``.mp4`` (H.264 via imageio-ffmpeg) or ``.gif`` file.
 
     Args:
-        frames: Video as accepted by :func:`to_uint8_frames`.
+        frames: Video as accepted by `to_uint8_frames`.
         path: Output file path ending in ``.mp4`` or ``.gif``; parent folders are created.
         fps: Frames per second (positive).
 

@@ -71,11 +71,11 @@ def flat_plan(equation):
 class _BayesianEinsumDense(BayesianLayer, keras.layers.EinsumDense):
     """EinsumDense with a distribution over its kernel; subclasses set ``_estimator``.
 
-    Args: as `keras.layers.EinsumDense` on the installed Keras, same order (``equation``,
-      ``output_shape``, ``activation``, ``bias_axes``, ...; Keras 3's LoRA and quantization
-      arguments only at their default, None), with Bayesian defaults
-      ``kernel_initializer='trainable_normal'`` and
-      ``kernel_regularizer='normal_kl_divergence'``, plus the keyword-only ``seed``.
+    Takes the arguments of `keras.layers.EinsumDense` on the installed Keras, same order
+    (``equation``, ``output_shape``, ``activation``, ``bias_axes``, ...; Keras 3's LoRA and
+    quantization arguments only at their default, None), with Bayesian defaults
+    ``kernel_initializer='trainable_normal'`` and ``kernel_regularizer='normal_kl_divergence'``,
+    plus the keyword-only ``seed``.
 
     Shapes: as the equation says; e.g. ``'abc,cde->abde'`` maps ``[B, T, C]`` to
     ``[B, T, D, E]``.
@@ -188,15 +188,15 @@ ATTENTION_KEYWORD_ONLY = (("softmax_robust_masking", False), ("seed", None))
 class BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
     """MultiHeadAttention with Bayesian projections; subclasses set ``_dense_cls``.
 
-    Args: as `keras.layers.MultiHeadAttention` on the installed Keras (same order:
-      ``num_heads``, ``key_dim``, ``value_dim``, ``dropout``, ``use_bias``,
-      ``output_shape``, ``attention_axes``, ...), with Bayesian defaults
-      ``kernel_initializer='trainable_normal'`` and
-      ``kernel_regularizer='normal_kl_divergence'`` (each projection gets a fresh
-      initializer built from this one), plus ``softmax_robust_masking`` (tf-keras >= 2.16's;
-      only False where Keras lacks it) and ``seed``: the projections' seeds are derived from
-      it and their names (None: random); Keras 3's ``MultiHeadAttention`` takes a ``seed``
-      (its dropout's) itself, and ours takes it in that place.
+    Takes the arguments of `keras.layers.MultiHeadAttention` on the installed Keras (same order:
+    ``num_heads``, ``key_dim``, ``value_dim``, ``dropout``, ``use_bias``,
+    ``output_shape``, ``attention_axes``, ...), with Bayesian defaults
+    ``kernel_initializer='trainable_normal'`` and
+    ``kernel_regularizer='normal_kl_divergence'`` (each projection gets a fresh
+    initializer built from this one), plus ``softmax_robust_masking`` (tf-keras >= 2.16's;
+    only False where Keras lacks it) and ``seed``: the projections' seeds are derived from
+    it and their names (None: random); Keras 3's ``MultiHeadAttention`` takes a ``seed``
+    (its dropout's) itself, and ours takes it in that place.
 
     Call, masks and shapes: as `keras.layers.MultiHeadAttention`, e.g.
       ``layer(query [B, T, E], value [B, S, E])`` returns ``[B, T, E]``.

@@ -36,15 +36,15 @@ _register = keras.saving.register_keras_serializable(package="bayes_planet")
 class _BayesianConv(BayesianLayer):
     """Mixin for a Keras ``Conv*`` class; the subclass sets ``_estimator``.
 
-    Args: as the Keras convolution, in its order (``filters``, ``kernel_size``,
-      ``strides``, ``padding``, ``data_format``, ``dilation_rate``, ``groups``,
-      ``activation``, ``use_bias``, initializers, regularizers, constraints), so
-      positional calls such as ``Conv2DFlipout(32, 5, 1, 'same')`` mean what they
-      mean for ``Conv2D``; Bayesian defaults for ``kernel_initializer``
-      (``'trainable_normal'``) and ``kernel_regularizer``
-      (``'normal_kl_divergence'``), plus the keyword-only ``seed``. ``strides=1``,
-      ``dilation_rate=1`` and ``data_format=None`` are Keras's defaults for every rank
-      (normalized by the Keras layer). ``groups`` must be 1.
+    Takes the arguments of the Keras convolution, in its order (``filters``, ``kernel_size``,
+    ``strides``, ``padding``, ``data_format``, ``dilation_rate``, ``groups``,
+    ``activation``, ``use_bias``, initializers, regularizers, constraints), so
+    positional calls such as ``Conv2DFlipout(32, 5, 1, 'same')`` mean what they
+    mean for ``Conv2D``; Bayesian defaults for ``kernel_initializer``
+    (``'trainable_normal'``) and ``kernel_regularizer``
+    (``'normal_kl_divergence'``), plus the keyword-only ``seed``. ``strides=1``,
+    ``dilation_rate=1`` and ``data_format=None`` are Keras's defaults for every rank
+    (normalized by the Keras layer). ``groups`` must be 1.
     """
 
     _estimator = None

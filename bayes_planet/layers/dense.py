@@ -42,11 +42,11 @@ _register = keras.saving.register_keras_serializable(package="bayes_planet")
 class _BayesianDense(BayesianLayer, keras.layers.Dense):
     """Dense with a distribution over the kernel; subclasses define ``_matmul``.
 
-    Args: as `keras.layers.Dense` (same order, so positional calls such as
-      ``DenseFlipout(10, 'relu')`` mean what they mean for Dense), with Bayesian
-      defaults for ``kernel_initializer`` (``'trainable_normal'``) and
-      ``kernel_regularizer`` (``'normal_kl_divergence'``), plus the keyword-only
-      ``seed`` (int or None) for reproducible noise.
+    Takes the arguments of `keras.layers.Dense` (same order, so positional calls such as
+    ``DenseFlipout(10, 'relu')`` mean what they mean for Dense), with Bayesian
+    defaults for ``kernel_initializer`` (``'trainable_normal'``) and
+    ``kernel_regularizer`` (``'normal_kl_divergence'``), plus the keyword-only
+    ``seed`` (int or None) for reproducible noise.
 
     Input shape: ``(batch, ..., input_dim)``. Output shape: ``(batch, ..., units)``.
     """

@@ -600,7 +600,9 @@ class DenseRank1(Rank1Ensemble, _EnsembleDense):
     ½ N(1, 0.1²) + ½ N(−1, 0.1²)) is in ``layer.losses``; the kernel and bias take plain Keras
     regularizers (None by default), as the shared weights in uncertainty-baselines.
 
-    Args: as `keras.layers.Dense` (same order), plus keyword-only
+    Takes the arguments of `keras.layers.Dense` (same order), plus keyword-only:
+
+    Args:
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer: the factors' posteriors: factorized
         normal (default) or ``'trainable_cauchy'`` (with the
@@ -633,7 +635,9 @@ class DenseBatchEnsemble(BatchEnsemble, _EnsembleDense):
     ``activation(((x ∘ α_e) @ W) ∘ γ_e + b_e)`` on block ``e`` of the batch (see the
     module docstring).
 
-    Args: as `keras.layers.Dense` (same order), plus keyword-only
+    Takes the arguments of `keras.layers.Dense` (same order), plus keyword-only:
+
+    Args:
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer: Keras initializers of the fast weights.
     """

@@ -65,8 +65,10 @@ RANK1_KEYWORD_ONLY = (
 class EinsumDenseRank1(Rank1Factors, keras.layers.EinsumDense):
     """Rank-1 Bayesian `keras.layers.EinsumDense` (see the module docstring).
 
-    Args: as `keras.layers.EinsumDense` (same order; ``kernel_initializer`` and
-      ``bias_initializer`` must be point-estimate initializers), plus keyword-only
+    Takes the arguments of `keras.layers.EinsumDense` (same order; ``kernel_initializer`` and
+    ``bias_initializer`` must be point-estimate initializers), plus keyword-only:
+
+    Args:
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer: the factors' posteriors: factorized
         normal (default) or ``'trainable_cauchy'`` (with the
@@ -148,12 +150,12 @@ class MultiHeadAttentionRank1(BayesianMultiHeadAttention):
     `EinsumDenseRank1`: shared point-estimate kernels, per-member factors and biases
     (each projection its own), drawn per example at each call.
 
-    Args: as `keras.layers.MultiHeadAttention` (same order; ``kernel_initializer`` and
-      ``bias_initializer`` must be point-estimate initializers, each projection gets a
-      fresh one), plus the keyword-only ``ensemble_size``, ``alpha_initializer``,
-      ``gamma_initializer``, ``alpha_regularizer``, ``gamma_regularizer``,
-      ``use_additive_perturbation`` of `EinsumDenseRank1` (given to every projection)
-      and ``seed``: the projections' seeds are derived from it and their names.
+    Takes the arguments of `keras.layers.MultiHeadAttention` (same order; ``kernel_initializer`` and
+    ``bias_initializer`` must be point-estimate initializers, each projection gets a
+    fresh one), plus the keyword-only ``ensemble_size``, ``alpha_initializer``,
+    ``gamma_initializer``, ``alpha_regularizer``, ``gamma_regularizer``,
+    ``use_additive_perturbation`` of `EinsumDenseRank1` (given to every projection)
+    and ``seed``: the projections' seeds are derived from it and their names.
 
     Call, masks and shapes: as `keras.layers.MultiHeadAttention` with a batch of ``E·b``
       rows, e.g. ``layer(query [E·b, T, D], value [E·b, S, D])`` returns ``[E·b, T, D]``.

@@ -115,7 +115,10 @@ class Conv2DRank1(_Rank1Conv, keras.layers.Conv2D):
     ½ N(1, 0.1²) + ½ N(−1, 0.1²)) is in ``layer.losses``; kernel and bias take plain Keras
     regularizers.
 
-    Args: as `keras.layers.Conv2D` (same order; ``groups`` must be 1), plus keyword-only
+    Takes the arguments of `keras.layers.Conv2D` (same order; ``groups`` must be 1), plus
+    keyword-only:
+
+    Args:
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer: the factors' posteriors: factorized
         normal (default) or ``'trainable_cauchy'`` (with the
@@ -152,7 +155,10 @@ class Conv1DBatchEnsemble(_BatchEnsembleConv, keras.layers.Conv1D):
     block ``e`` of the batch. No KL and no noise (so no ``seed``); ``padding='causal'``
     pads the perturbed input.
 
-    Args: as `keras.layers.Conv1D` (same order; ``groups`` must be 1), plus keyword-only
+    Takes the arguments of `keras.layers.Conv1D` (same order; ``groups`` must be 1), plus
+    keyword-only:
+
+    Args:
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer: Keras initializers of the fast weights.
     """
@@ -167,7 +173,10 @@ class Conv2DBatchEnsemble(_BatchEnsembleConv, keras.layers.Conv2D):
     with per-member biases, no KL and no noise (so no ``seed``). Member ``e`` computes
     ``activation(conv2d(x ∘ α_e, W) ∘ γ_e + b_e)`` on block ``e`` of the batch.
 
-    Args: as `keras.layers.Conv2D` (same order; ``groups`` must be 1), plus keyword-only
+    Takes the arguments of `keras.layers.Conv2D` (same order; ``groups`` must be 1), plus
+    keyword-only:
+
+    Args:
       ensemble_size: the number of members E (default 4).
       alpha_initializer, gamma_initializer: Keras initializers of the fast weights.
     """

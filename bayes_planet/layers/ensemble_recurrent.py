@@ -218,17 +218,21 @@ class LSTMCellRank1(_Rank1Cell, BayesianLSTMCell):
     recurrent kernel ``diag(ρ_e) U diag(δ_e)`` and bias ``b_e`` (the fused
     ``implementation=2`` step), applied to block ``e`` of the batch.
 
-    Args: as `keras.layers.LSTMCell` (same order; ``kernel_initializer``,
-      ``recurrent_initializer`` and ``bias_initializer`` must be point-estimate
-      initializers), plus keyword-only
+    Takes the arguments of `keras.layers.LSTMCell` (same order; ``kernel_initializer``,
+    ``recurrent_initializer`` and ``bias_initializer`` must be point-estimate
+    initializers), plus keyword-only:
+
+    Args:
       ensemble_size: the number of members E (default 4).
-      alpha_initializer, gamma_initializer, recurrent_alpha_initializer,
-        recurrent_gamma_initializer: the factors' posteriors (distribution initializers
+      alpha_initializer, gamma_initializer: the factors' posteriors (distribution initializers
         with closed-form normal moments, default ``'trainable_random_sign_normal'``, or
         ``'trainable_cauchy'`` with the ``'rank1_cauchy_kl_divergence'`` prior).
-      alpha_regularizer, gamma_regularizer, recurrent_alpha_regularizer,
-        recurrent_gamma_regularizer: their KL regularizers (default
+      recurrent_alpha_initializer, recurrent_gamma_initializer: the same for the recurrent
+        kernel's factors.
+      alpha_regularizer, gamma_regularizer: their KL regularizers (default
         ``'rank1_sign_mixture_kl_divergence'``, the prior ½ N(1, 0.1²) + ½ N(−1, 0.1²)).
+      recurrent_alpha_regularizer, recurrent_gamma_regularizer: the same for the recurrent
+        kernel's factors.
       use_additive_perturbation: ``((x + α_e) W) + γ_e`` (and the same for the
         recurrent kernel) instead of the multiplicative factors.
       seed: int or None, for reproducible noise (positional after ``recurrent_dropout``,
@@ -258,11 +262,11 @@ class GRUCellRank1(_Rank1Cell, BayesianGRUCell):
     recurrent kernel ``diag(ρ_e) U diag(δ_e)`` and bias ``b_e`` (``[2, 3·units]`` with
     ``reset_after``; the fused step), applied to block ``e`` of the batch.
 
-    Args: as `keras.layers.GRUCell` (same order; ``kernel_initializer``,
-      ``recurrent_initializer`` and ``bias_initializer`` must be point-estimate
-      initializers), then ``seed`` (as `LSTMCellRank1`), plus the keyword-only arguments of
-      `LSTMCellRank1` (``ensemble_size``, the factors' initializers and regularizers,
-      ``use_additive_perturbation``, ``sampling``).
+    Takes the arguments of `keras.layers.GRUCell` (same order; ``kernel_initializer``,
+    ``recurrent_initializer`` and ``bias_initializer`` must be point-estimate
+    initializers), then ``seed`` (as `LSTMCellRank1`), plus the keyword-only arguments of
+    `LSTMCellRank1` (``ensemble_size``, the factors' initializers and regularizers,
+    ``use_additive_perturbation``, ``sampling``).
 
     Call: ``cell(inputs [E·b, D], h [E·b, units] or [h])`` returns ``(h, h or [h])``.
     """

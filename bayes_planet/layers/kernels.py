@@ -220,7 +220,7 @@ class ExponentiatedQuadratic(_Stationary):
     """Exponentiated quadratic (squared exponential, RBF): ``σ² exp(-r²/2)``.
 
     Infinitely smooth sample paths; the default kernel of every GP layer.
-    Args: see `Kernel`.
+    Takes the arguments of `Kernel`.
     """
 
     def _profile(self, r2):
@@ -259,7 +259,7 @@ class Linear(Kernel):
 
     With a scalar ``length_scale`` only ``σ/ℓ`` matters; the ARD form weighs each
     input dimension. Rank ≤ d, so an exact GP with it needs observation noise.
-    Args: see `Kernel`.
+    Takes the arguments of `Kernel`.
     """
 
     def _matrix(self, x1, x2):

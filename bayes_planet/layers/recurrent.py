@@ -346,15 +346,15 @@ class _BayesianCell(_compat.RecurrentCell, BayesianLayer):
 class BayesianLSTMCell(_BayesianCell, keras.layers.LSTMCell):
     """LSTM cell with distributions over its kernels; see the module docstring.
 
-    Args: as `keras.layers.LSTMCell` (``units``, ``activation``,
-      ``recurrent_activation``, ``use_bias``, ``unit_forget_bias``, ``dropout``,
-      ``recurrent_dropout``, constraints, ...), with Bayesian defaults
-      ``kernel_initializer='trainable_normal'``,
-      ``recurrent_initializer='trainable_normal'``,
-      ``kernel_regularizer='normal_kl_divergence'``,
-      ``recurrent_regularizer='normal_kl_divergence'``, plus ``seed`` (int or None)
-      and ``sampling`` (``'sequence'`` or ``'step'``). The step is always the
-      fused (``implementation=2``) computation ``z = x W + h U + b``.
+    Takes the arguments of `keras.layers.LSTMCell` (``units``, ``activation``,
+    ``recurrent_activation``, ``use_bias``, ``unit_forget_bias``, ``dropout``,
+    ``recurrent_dropout``, constraints, ...), with Bayesian defaults
+    ``kernel_initializer='trainable_normal'``,
+    ``recurrent_initializer='trainable_normal'``,
+    ``kernel_regularizer='normal_kl_divergence'``,
+    ``recurrent_regularizer='normal_kl_divergence'``, plus ``seed`` (int or None)
+    and ``sampling`` (``'sequence'`` or ``'step'``). The step is always the
+    fused (``implementation=2``) computation ``z = x W + h U + b``.
 
     Call: ``cell(inputs [B, D], [h [B, units], c [B, units]])`` returns
       ``(h, [h, c])``.
@@ -414,15 +414,15 @@ class BayesianLSTMCell(_BayesianCell, keras.layers.LSTMCell):
 class BayesianGRUCell(_BayesianCell, keras.layers.GRUCell):
     """GRU cell with distributions over its kernels; see the module docstring.
 
-    Args: as `keras.layers.GRUCell` (``units``, ``activation``,
-      ``recurrent_activation``, ``use_bias``, ``reset_after``, ``dropout``,
-      ``recurrent_dropout``, constraints, ...), with Bayesian defaults
-      ``kernel_initializer='trainable_normal'``,
-      ``recurrent_initializer='trainable_normal'``,
-      ``kernel_regularizer='normal_kl_divergence'``,
-      ``recurrent_regularizer='normal_kl_divergence'``, plus ``seed`` and
-      ``sampling`` (``'sequence'`` or ``'step'``). The step is the fused
-      (``implementation=2``) computation.
+    Takes the arguments of `keras.layers.GRUCell` (``units``, ``activation``,
+    ``recurrent_activation``, ``use_bias``, ``reset_after``, ``dropout``,
+    ``recurrent_dropout``, constraints, ...), with Bayesian defaults
+    ``kernel_initializer='trainable_normal'``,
+    ``recurrent_initializer='trainable_normal'``,
+    ``kernel_regularizer='normal_kl_divergence'``,
+    ``recurrent_regularizer='normal_kl_divergence'``, plus ``seed`` and
+    ``sampling`` (``'sequence'`` or ``'step'``). The step is the fused
+    (``implementation=2``) computation.
 
     Call: ``cell(inputs [B, D], h [B, units] or [h])`` returns ``(h, h or [h])``.
     """

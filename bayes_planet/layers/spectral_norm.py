@@ -60,7 +60,9 @@ class SpectralNormalization(keras.layers.Wrapper):
     training call runs ``power_iterations`` steps from the stored vector ``u`` and stores
     the result; other calls reuse ``u``.
 
-    Args: as ``keras.layers.SpectralNormalization`` (same order), plus keyword-only
+    Takes the arguments of ``keras.layers.SpectralNormalization`` (same order), plus keyword-only:
+
+    Args:
       layer: a built or unbuilt Keras layer with a ``kernel`` variable (``Dense``,
         ``EinsumDense``, convolutions), not a Bayesian layer (refused: its weights are
         sampled, its kernel a posterior or shared by sampled members).
@@ -179,8 +181,8 @@ class SpectralNormalizationConv2D(SpectralNormalization):
     ``min(σ, norm_multiplier)`` on inputs of that size. The input's spatial size must
     be known when the layer is built.
 
-    Args: as `SpectralNormalization`; ``layer`` is a ``keras.layers.Conv2D`` (not a
-      transposed or grouped convolution).
+    Takes the arguments of `SpectralNormalization`; ``layer`` is a ``keras.layers.Conv2D`` (not a
+    transposed or grouped convolution).
     """
 
     @classmethod

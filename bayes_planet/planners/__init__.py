@@ -1,11 +1,11 @@
 """Planners over action sequences for model-predictive control (PlaNet's CEM).
 
-* :func:`cross_entropy_method`: CEM over open-loop action sequences (Rubinstein, 1997;
+* `cross_entropy_method`: CEM over open-loop action sequences (Rubinstein, 1997;
   Hafner et al., 2018), one vectorized ``objective_fn`` call per iteration.
-* :func:`random_shooting`: the best of uniformly sampled sequences, a baseline.
-* :func:`uncertainty_aware_score`: ``mean + beta * std`` of returns across world-model
+* `random_shooting`: the best of uniformly sampled sequences, a baseline.
+* `uncertainty_aware_score`: ``mean + beta * std`` of returns across world-model
   samples (optimistic, neutral or risk-averse planning).
-* :func:`get`: the agent's planner by name (``planner.name`` of the agent's config; each
+* `get`: the agent's planner by name (``planner.name`` of the agent's config; each
   planner module registers itself, `bayes_planet.planners.registry`): ``cem``.
 
 See ``docs/planning.md``.

@@ -165,7 +165,7 @@ def random_shooting(
 
     The random-shooting baseline of model-predictive control (e.g. Nagabandi et al., 2018):
     no refitting, one call of ``objective_fn``. Arguments, seeding and shapes are as in
-    :func:`cross_entropy_method`; the result is ``[*batch_shape, horizon, action_dim]``.
+    `cross_entropy_method`; the result is ``[*batch_shape, horizon, action_dim]``.
     """
     horizon = _check_positive_int("horizon", horizon)
     action_dim = _check_positive_int("action_dim", action_dim)
