@@ -87,8 +87,8 @@ checkout on the shared storage (the preset's ``out`` is relative to it)::
   episodes). The evaluation episodes are seeded by their index, so a rerun gives the same.
 
 **Seeds run elsewhere** (another session, another machine): ``results.json`` keeps every
-run's curves and numbers, so archiving it (``experiments/figures/<grid>_results.json``) and
-naming it in ``merge`` (``--set 'merge=[experiments/figures/exploration_results.json]'``)
+run's curves and numbers, so archiving it (``experiments/archive/<study>/<grid>_results.json``) and
+naming it in ``merge`` (``--set 'merge=[experiments/archive/exploration/exploration_results.json]'``)
 fills the cells of the grid that have no episodes in ``--out`` with the archived finished
 runs: they are not trained again and are aggregated with the local ones (status
 ``merged from <file>``). A cell is (task, estimator, β, novelty, value novelty, weight prior,

@@ -102,7 +102,7 @@ def main(argv=None):
                         help="clipped normal stds, inf (random signs) or uniform")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="experiments/figures/random_actions")
+    parser.add_argument("--out", default="experiments/archive/random_actions")
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"expected a positive integer. Received: --episodes {args.episodes}")

@@ -28,7 +28,7 @@ from bayes_planet import config as config_lib
 from bayes_planet.experiment import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-ARCHIVE = ROOT / "experiments" / "figures"
+ARCHIVE = ROOT / "experiments" / "archive"
 SCORES = ROOT / "scores"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- scores:begin -->", "<!-- scores:end -->"

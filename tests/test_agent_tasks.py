@@ -8,7 +8,7 @@ import _experiments  # tests/_experiments.py
 import numpy as np
 import pytest
 
-FIGURES = _experiments.EXPERIMENTS / "figures"
+ARCHIVE = _experiments.EXPERIMENTS / "archive"
 
 
 @pytest.fixture(scope="module")
@@ -190,15 +190,15 @@ def test_finger_optimism_grid_crosses_beta_with_the_critics_novelty(agents, tmp_
 
 
 # ---------------------------------------------------------------- merging archives
-ARCHIVES = {"comparison": "comparison", "comparison_fl": "comparison", "priors": "priors",
-            "exploration": "exploration"}
+ARCHIVES = {"comparison/comparison": "comparison", "comparison/comparison_fl": "comparison",
+            "priors/priors": "priors", "exploration/exploration": "exploration"}
 
 
 @pytest.mark.parametrize("archive", sorted(ARCHIVES))
 def test_archived_results_still_merge(agents, tmp_path, archive):
-    """experiments/figures/<archive>_results.json (one `task`, written before `tasks`) fills
+    """experiments/archive/<study>/<grid>_results.json (one `task`, written before `tasks`) fills
     every finished cell of its preset's grid, and of a grid of several tasks."""
-    path = FIGURES / f"{archive}_results.json"
+    path = ARCHIVE / f"{archive}_results.json"
     earlier = json.loads(path.read_text())
     finished = {(name, int(seed)) for name, v in earlier["variants"].items()
                 for seed, run in v["runs"].items() if run["finished"]}
