@@ -164,12 +164,21 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
                               "weight_priors": ["scale_mixture"]})
 
 
+#: The archives the notes merge into a preset's grid (``--set 'merge=[...]'``: no preset
+#: reads from the archive).
+PRESET_ARCHIVES = {
+    "proprio_mf": "experiments/archive/proprio/proprio_mf_results.json",
+    "finger_spread": "experiments/archive/finger_exploration/finger_spread_results.json",
+    "sparse": "experiments/archive/sparse_cartpole/sparse_proprio_results.json"}
+
+
 def test_every_agent_preset_builds_and_its_archives_fill_their_cells(agents, tmp_path):
     """Each preset of experiments/agents.yaml (and the documented combinations sparse,pendulum,
     sparse,cup, sparse,finger and sparse,finger,finger_optimism)
-    validates every run's training config, and the archives a preset merges still fill
-    their cells: a preset or configs.yaml edited so that an archived run no longer is the
-    agent the preset names fails here, naming the keys, not when someone reruns it."""
+    validates every run's training config, and the archives the notes merge into a preset
+    (PRESET_ARCHIVES) still fill its cells: a preset or configs.yaml edited so that an archived
+    run no longer is the agent the preset names fails here, naming the keys, not when someone
+    reruns it."""
     load = agents._config.load_dict
     names = agents._config.presets(agents.CONFIG_PATH)
     assert {"tasks", "proprio_mf", "sparse", "pendulum", "cup", "finger", "debug"} <= set(names)
@@ -180,17 +189,20 @@ def test_every_agent_preset_builds_and_its_archives_fill_their_cells(agents, tmp
     alone = [[name] for name in names if name != "finger_optimism"]
     for presets in alone + [["sparse", "pendulum"], ["sparse", "cup"], ["sparse", "finger"],
                             ["sparse", "finger", "finger_optimism"]]:
-        config = load(agents.CONFIG_PATH, presets)
-        runs = agents.grid(config, tmp_path / "_".join(presets))
+        name = "_".join(presets)
+        merge = [f"merge=[{_experiments.EXPERIMENTS.parent / PRESET_ARCHIVES[name]}]"
+                 ] if name in PRESET_ARCHIVES else []
+        config = load(agents.CONFIG_PATH, presets, merge)
+        assert load(agents.CONFIG_PATH, presets)["merge"] == [], presets
+        runs = agents.grid(config, tmp_path / name)
         archived = agents.archived_runs(config)
         local = agents.local_runs(runs, archived)
         assert set(archived) <= {run["cell"] for run in runs}, presets
         assert len(local) == len(runs) - len(archived), presets
-        filled["_".join(presets)] = len(archived)
+        filled[name] = len(archived)
     # proprio_mf: the deterministic seeds 0-2 and mean-field seeds 0-1 are archived runs;
     # finger_spread: its one seed, finished at 100k; sparse: novelty 0 seed 0 at least (its
-    # archive grows with the grid), and the tasks layered on it (sparse,pendulum, ...) do not
-    # inherit that cartpole archive.
+    # archive grows with the grid); the tasks layered on it (sparse,pendulum, ...) merge none.
     assert filled["proprio_mf"] >= 5
     assert filled["finger_spread"] == 1
     assert filled["sparse"] >= 1
