@@ -294,7 +294,7 @@ def fit(model, data, fcfg, regression, *, name, seed):
 
     The batches come from a ``tf.data`` pipeline reshuffled every epoch from ``seed``: Keras 3's
     ``fit(x, y, shuffle=True)`` on arrays repeats one permutation in every epoch once
-    ``keras.utils.set_random_seed`` has run (``experiments/RESULTS.md`` §8d), Keras 2 does
+    ``keras.utils.set_random_seed`` has run (``experiments/results/8d-every-family-nine-tasks.md``), Keras 2 does
     not; this pipeline gives both stacks the same per-epoch reshuffling."""
     import tensorflow as tf
 

@@ -6,7 +6,7 @@ run's config) and seed is a ``bayes-planet train --branch-from`` of the same che
 trained ``episodes`` more, then evaluated on the same evaluation episodes (seeded by the
 branch's seed and the episode's index)::
 
-    python experiments/branches.py --preset replay_cheetah          # RESULTS §7q's A/B
+    python experiments/branches.py --preset replay_cheetah          # results §7q's A/B
     python experiments/branches.py --preset replay_cheetah --aggregate-only
     python experiments/branches.py --preset debug --set parent=RUN --out /tmp/branches
 

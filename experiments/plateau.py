@@ -47,7 +47,7 @@ two for any task from states).
   planner at the target.
 
 openloop, scores, actor: cartpole only (its observation is (x, cos θ, sin θ, ẋ, θ̇)). Reads
-the run, writes nothing. RESULTS §7k, §7m.
+the run, writes nothing. results §7k, §7m.
 """
 
 import bayes_planet  # isort: skip  (TensorFlow and gym imported quietly, before anything else)
