@@ -86,11 +86,12 @@ checkout on the shared storage (the preset's ``out`` is relative to it)::
   columns (mean ± std over seeds of each run's N-episode mean; TD-MPC's evaluations are 10
   episodes). The evaluation episodes are seeded by their index, so a rerun gives the same.
 
-**Seeds run elsewhere** (another session, another machine): ``results.json`` keeps every
-run's curves and numbers, so archiving it (``experiments/archive/<study>/<grid>_results.json``) and
-naming it in ``merge`` (``--set 'merge=[experiments/archive/exploration/exploration_results.json]'``)
-fills the cells of the grid that have no episodes in ``--out`` with the archived finished
-runs: they are not trained again and are aggregated with the local ones (status
+**Seeds run elsewhere** (earlier, or on another machine): ``results.json`` keeps every run's
+curves and numbers, so archiving it (``experiments/archive/<study>/<grid>_results.json``)
+and naming it in ``merge``
+(``--set 'merge=[experiments/archive/exploration/exploration_results.json]'``) fills the
+cells of the grid that have no episodes in ``--out`` with the archived finished runs: they
+are not trained again and are aggregated with the local ones (status
 ``merged from <file>``). A cell is (task, estimator, β, novelty, value novelty, weight prior,
 seed), so a one-task
 archive (written before ``tasks``, with its ``task``) fills its task's cells of a grid of
