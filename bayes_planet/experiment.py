@@ -1,7 +1,7 @@
 """The shared entry point of the example scripts in ``experiments/``.
 
 ``python experiments/<kind>.py --preset <name> [more presets] --set key=value --out DIR``:
-merges the script's YAML (`bayes_planet.config`), writes the merged ``config.yaml`` to
+merges the script's YAML (`bayes_planet.yaml_config`), writes the merged ``config.yaml`` to
 ``DIR``, seeds TensorFlow, runs ``examples[config['example']]`` and writes
 ``results.json``. `load_script` imports a script of ``experiments/`` or ``benchmarks/`` (not
 packages) by its path.

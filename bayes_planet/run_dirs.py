@@ -1,6 +1,6 @@
 """Where a script may write: never into a directory that holds a run, unless it is its trainer.
 
-A run directory (`bayes_planet.run`) is written by one process only, its trainer. Every other
+A run directory (`bayes_planet.agent.run`) is written by one process only, its trainer. Every other
 writer of the project — ``bayes-planet eval --out`` and ``probe --out``, the grid launchers
 ``experiments/agents.py`` and ``experiments/branches.py``, the example scripts and benchmarks —
 checks its output folder here before it writes anything: a folder that is a run, or lies

@@ -7,13 +7,13 @@ numbers, in any process, so a resumed run draws exactly what an uninterrupted ru
 process performs them. Different names or indices give independent streams (a SHA-256 of the
 whole key).
 
-The streams a run uses (`bayes_planet.agent.Agent`, `bayes_planet.collection.Collector`,
-`bayes_planet.training.Trainer`; ``w`` is the worker, 0 without multi-worker training)::
+The streams a run uses (`bayes_planet.agent.Agent`, `bayes_planet.agent.collection.Collector`,
+`bayes_planet.agent.training.Trainer`; ``w`` is the worker, 0 without multi-worker training)::
 
     weights                         initial weights (Keras' global seed, set before building)
     value_weights                   the value model's initial weights (``value.enabled``)
     layer_noise(layer)              each Bayesian transition layer's noise seed
-                                    (`bayes_planet.rssm`; ``layer`` from `name_index`)
+                                    (`bayes_planet.agent.rssm`; ``layer`` from `name_index`)
     layer_counter(k)                the layers' call counters at the start of episode k
     env_reset(w, k)                 initial state of training episode k
     random_policy(w, k)             actions of seed episode k

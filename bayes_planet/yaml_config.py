@@ -9,7 +9,7 @@ each value has the default's type (YAML's ``1e-4`` is a float), and returns a re
 This module needs only PyYAML (part of the ``agent`` extra): the layers-only scripts
 (``experiments/gp.py``, ``generative.py``, ``resnet.py``, ``calibration.py``, ``sequence.py``,
 ``benchmarks/uncertainty.py``) use it without TF-Agents or MuJoCo. The agent's own config
-(``bayes_planet/configs.yaml``, its ranges and older layouts) is `bayes_planet.config`.
+(``bayes_planet/agent/configs.yaml``, its ranges and older layouts) is `bayes_planet.agent.config`.
 """
 
 import bayes_planet._extras.yaml_loader  # noqa: F401  isort: skip  (needs PyYAML)
@@ -212,7 +212,7 @@ def dump(config):
 
 
 def write(config, path):
-    """Writes the merged config as YAML (not atomic; run directories use `bayes_planet.run`)."""
+    """Writes the merged config as YAML (not atomic; run directories use `bayes_planet.agent.run`)."""
     pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
     pathlib.Path(path).write_text(dump(config))
 

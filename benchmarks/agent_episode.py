@@ -5,7 +5,7 @@
         cpu,value:train.updates_per_episode=200 \
         cpu,value:train.updates_per_episode=200:model.estimator=rank1
 
-For each variant (comma-separated presets of ``bayes_planet/configs.yaml``, then optional
+For each variant (comma-separated presets of ``bayes_planet/agent/configs.yaml``, then optional
 ``:key=value`` overrides as ``bayes-planet train --set`` takes them) a `Trainer` is
 built in a temporary run directory and its seed episodes are collected; then, alternating the
 variants round by round (A B A B: the machine is shared), one episode's phases are timed:
@@ -38,8 +38,8 @@ def parse_variant(spec):
 
 
 def _variant(spec, logdir):
-    from bayes_planet import config as config_lib
-    from bayes_planet.training import Trainer
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.training import Trainer
 
     presets, overrides = parse_variant(spec)
     config = config_lib.load(presets, ["eval.video=false", *overrides])

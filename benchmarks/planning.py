@@ -17,11 +17,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tf_agents.environments import tf_py_environment  # noqa: E402
 
-from bayes_planet import config as config_lib  # noqa: E402
 from bayes_planet import envs  # noqa: E402
+from bayes_planet.agent import config as config_lib  # noqa: E402
+from bayes_planet.agent.policy import PlannerPolicy  # noqa: E402
+from bayes_planet.agent.world_model import WorldModel  # noqa: E402
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv  # noqa: E402
-from bayes_planet.policy import PlannerPolicy  # noqa: E402
-from bayes_planet.world_model import WorldModel  # noqa: E402
 from benchmarks.flops import plan_flops  # noqa: E402
 from benchmarks.world_model_step import matmul_gflops  # noqa: E402
 

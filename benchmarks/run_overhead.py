@@ -35,9 +35,9 @@ def measure(rounds, updates, determinism=True):
     import numpy as np
     import tensorflow as tf
 
-    from bayes_planet import config as config_lib
-    from bayes_planet.training import Trainer
-    from bayes_planet.world_model import as_batch
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.training import Trainer
+    from bayes_planet.agent.world_model import as_batch
 
     if not determinism:  # Run enables it; this benchmark's B-only mode turns it off again.
         tf.config.experimental.enable_op_determinism = lambda: None

@@ -47,8 +47,8 @@ def _worker(args):
     from bayes_planet import distribute
 
     strategy = distribute.make_strategy(args.strategy)  # first: before other ops
-    from bayes_planet import config as config_lib
-    from bayes_planet.world_model import WorldModel
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.world_model import WorldModel
 
     config = config_lib.load([args.preset, "state"])
     b, t = config.train.batch_size, config.train.chunk_length
@@ -168,7 +168,7 @@ def main():
                         comm.append((r["allreduce_grads"] + 2 * r["allreduce_stats"]) / step)
                     info = info or results[0]
             rate = {k: 1.0 / np.median(v) for k, v in times.items()}
-            from bayes_planet import config as config_lib
+            from bayes_planet.agent import config as config_lib
             c = config_lib.load([preset]).train
             print(f"| {preset} | {c.batch_size} × {c.chunk_length} | {info['params']:,} | "
                   f"{rate['1 worker']:.2f} | {rate['1 worker, 1 thread']:.2f} | "

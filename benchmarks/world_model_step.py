@@ -16,8 +16,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bayes_planet import config as config_lib  # noqa: E402
-from bayes_planet.world_model import WorldModel  # noqa: E402
+from bayes_planet.agent import config as config_lib  # noqa: E402
+from bayes_planet.agent.world_model import WorldModel  # noqa: E402
 from benchmarks.flops import train_step_flops  # noqa: E402
 
 

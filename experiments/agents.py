@@ -26,7 +26,7 @@ the runs then share the cores, which inflates their wall-clock), or on a Ray clu
 (**Backends**). Rerunning the command skips finished runs (as many episodes on disk as
 ``train.episodes``) and resumes unfinished ones (the trainer restores its checkpoint and
 replay); a larger ``train.episodes`` in ``overrides`` extends finished runs
-(``bayes_planet.config.EXTENDABLE_KEYS``: equal to runs that long from the start). All run
+(``bayes_planet.agent.config.EXTENDABLE_KEYS``: equal to runs that long from the start). All run
 configs are validated before the first launch.
 
 **Backends** (``backend``; `experiments/branches.py` takes the same key). ``name: local``,
@@ -97,7 +97,7 @@ seed), so a one-task
 archive (written before ``tasks``, with its ``task``) fills its task's cells of a grid of
 several. The archived grid must share a task; a cell archived twice is refused. Each run of
 ``results.json`` keeps its merged training config, and fills a cell only if it equals the
-cell's config (read as today's layout, `bayes_planet.config.upgrade`, as a run's is): a
+cell's config (read as today's layout, `bayes_planet.agent.config.upgrade`, as a run's is): a
 preset edited since the archive, or another ``train.episodes``, is refused naming the keys
 (a run is extended in its own logdir, not through ``merge``), and the same agent spelled
 with other presets or overrides merges. Archives written before runs kept their config must
@@ -122,8 +122,8 @@ import time
 import numpy as np
 
 from bayes_planet import yaml_config as _config  # noqa: E402
+from bayes_planet.agent.replay import episode_files
 from bayes_planet.experiment import load_script
-from bayes_planet.replay import episode_files
 from bayes_planet.run_dirs import check_output_dir
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")
@@ -179,7 +179,7 @@ def variants(config):
 
 def grid(config, out):
     """Every run of the grid with its ``--set`` list and validated training config."""
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
 
     seeds = task_seeds(config)
     # Seed-major: a partly run grid has every variant at its first seeds.
@@ -211,8 +211,8 @@ def check_existing_run(logdir, train_config):
     one-task grids of different tasks in one ``out`` share ``<out>/runs/<variant>/seed<s>``."""
     if not (logdir / "config.yaml").exists():
         return
-    from bayes_planet import config as config_lib
-    from bayes_planet.run import RunError, read_config
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.run import RunError, read_config
 
     try:
         previous = read_config(logdir)
@@ -234,7 +234,7 @@ def cell(variant, seed):
 
 
 def train_command(run, base_presets):
-    command = [sys.executable, "-m", "bayes_planet.cli", "train", "--logdir", str(run["logdir"]),
+    command = [sys.executable, "-m", "bayes_planet.agent.cli", "train", "--logdir", str(run["logdir"]),
                "--quiet"]
     if base_presets:
         command += ["--preset", ",".join(base_presets)]
@@ -590,7 +590,7 @@ def probe(runs, config, out, say=print):
         if ((target / "probe.json").exists() or (deterministic and weights != "per_episode")
                 or episodes_on_disk(run["logdir"]) < run["episodes"]):
             continue
-        command = [sys.executable, "-m", "bayes_planet.cli", "probe", "--logdir",
+        command = [sys.executable, "-m", "bayes_planet.agent.cli", "probe", "--logdir",
                    str(run["logdir"]), "--out", str(target), "--test-episodes", str(shared),
                    "--episodes", str(config["probe"]["episodes"]), "--weights", weights,
                    "--horizons", ",".join(str(h) for h in config["probe"]["horizons"])]
@@ -632,7 +632,7 @@ def final_eval(runs, say=print, name="agents"):
                 or read_final_eval(run) is not None):
             continue
         target = eval_dir(run["logdir"])
-        command = [sys.executable, "-m", "bayes_planet.cli", "eval", "--logdir",
+        command = [sys.executable, "-m", "bayes_planet.agent.cli", "eval", "--logdir",
                    str(run["logdir"]), "--episodes", str(episodes), "--out", str(target)]
         for item in run.get("final_eval_planning", ()):
             command += ["--set", item]
@@ -713,7 +713,7 @@ def local_runs(runs, archived):
     that kept its training config fills a cell only if it equals the cell's: a one-line
     `ConfigError` naming the differences otherwise (a preset changed since, or another
     ``train.episodes``)."""
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
 
     local = []
     for run in runs:
@@ -788,7 +788,7 @@ def coverage_curves(logdir, coverage, steps_by_episode):
 
 def read_run(run, config):
     """Curves and numbers of one run from its logdir."""
-    from bayes_planet.run import read_metrics
+    from bayes_planet.agent.run import read_metrics
 
     logdir = run["logdir"]
     records = read_metrics(logdir)  # The run's reader: a torn last row is left out.

@@ -20,7 +20,7 @@ launcher is `experiments/agents.py`'s, with its ``backend`` (local subprocesses,
 on a cluster: its **Backends**): rerunning the command skips finished branches,
 resumes unfinished ones and evaluates those without a current ``eval.json``. Seed-major: a partly run grid has every
 arm at its first seeds. Every arm's config is checked before the first launch (a key that a
-branch cannot change, ``bayes_planet.config.BRANCH_FIXED_KEYS``, a non-planning key in
+branch cannot change, ``bayes_planet.agent.config.BRANCH_FIXED_KEYS``, a non-planning key in
 ``eval.planning``, a logdir holding a run of another config, arms that would start from
 another checkpoint than the branches already made). A larger ``episodes`` trains the
 branches made on, as a larger ``train.episodes`` extends a run.
@@ -84,7 +84,7 @@ def check(config):
 
 def parent_config(config):
     """The parent run's logdir and config (one-line `ConfigError` if it holds no run)."""
-    from bayes_planet.run import RunError, read_config
+    from bayes_planet.agent.run import RunError, read_config
 
     parent = pathlib.Path(config["parent"])
     try:
@@ -96,11 +96,11 @@ def parent_config(config):
 def branch_point(config, parent, previous, logdirs):
     """The parent's episode all branches start from: that of the branches already made
     (their ``branch.json``), else the parent's newest committed, readable checkpoint
-    (`bayes_planet.run.branch_checkpoint`, as ``bayes-planet train --branch-from``). Refuses, in one line,
+    (`bayes_planet.agent.run.branch_checkpoint`, as ``bayes-planet train --branch-from``). Refuses, in one line,
     branches of another parent or point (a parent that has moved on since the branches were
     made is refused by `make_branches`, when a branch is to be made: reading them is fine).
     ``parent``, ``previous``: the parent's logdir and config (`parent_config`)."""
-    from bayes_planet.run import Run, RunError, branch_checkpoint
+    from bayes_planet.agent.run import Run, RunError, branch_checkpoint
 
     points = {}
     for logdir in logdirs:
@@ -124,7 +124,7 @@ def branch_point(config, parent, previous, logdirs):
 
 def grid(config, out):
     """Every branch (arm × seed, seed-major) with its commands and validated config."""
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
 
     check(config)
     parent, previous = parent_config(config)
@@ -148,7 +148,7 @@ def grid(config, out):
                 f"{_config.describe_changes(fixed)} ({', '.join(config_lib.BRANCH_FIXED_KEYS)}"
                 " are fixed)")
         agents.check_existing_run(logdir, branch)  # a larger ``episodes`` extends a branch
-        command = [sys.executable, "-m", "bayes_planet.cli", "train", "--branch-from",
+        command = [sys.executable, "-m", "bayes_planet.agent.cli", "train", "--branch-from",
                    str(parent), "--logdir", str(logdir), "--quiet"]
         for item in sets:
             command += ["--set", item]
@@ -161,14 +161,14 @@ def grid(config, out):
 
 
 def make_branches(runs, config):
-    """Copies the parent into every branch of ``runs`` not made yet (`bayes_planet.run.branch`),
+    """Copies the parent into every branch of ``runs`` not made yet (`bayes_planet.agent.run.branch`),
     all before any trains, so that all start from one checkpoint even while the parent trains
     on (`bayes-planet train --branch-from` would copy its newest checkpoint at each launch). A
     copy that found a newer checkpoint (the parent saved one between two copies) is removed
     again and refused in one line."""
     import shutil
 
-    from bayes_planet import run as run_lib
+    from bayes_planet.agent import run as run_lib
 
     for run in runs:
         if (run["logdir"] / "config.yaml").exists():
@@ -194,7 +194,7 @@ def _mean(rows, key):
 
 def read_branch(run):
     """The branch's evaluation and its own training episodes (after the branch point)."""
-    from bayes_planet.run import read_metrics
+    from bayes_planet.agent.run import read_metrics
 
     rows = [r for r in read_metrics(run["logdir"]) if r["episode"] > run["branch_point"]]
     trained = agents.episodes_on_disk(run["logdir"])

@@ -59,12 +59,12 @@ import argparse  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bayes_planet import config as config_lib  # noqa: E402
 from bayes_planet import envs, seeds  # noqa: E402
-from bayes_planet.agent import Agent  # noqa: E402
+from bayes_planet.agent import config as config_lib  # noqa: E402
+from bayes_planet.agent.agent import Agent  # noqa: E402
+from bayes_planet.agent.policy import candidate_scores  # noqa: E402
+from bayes_planet.agent.run import RunError  # noqa: E402
 from bayes_planet.layers import fixed_noise  # noqa: E402
-from bayes_planet.policy import candidate_scores  # noqa: E402
-from bayes_planet.run import RunError  # noqa: E402
 
 GROUPS = ("balance", "up_fast", "other")
 

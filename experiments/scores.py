@@ -24,7 +24,7 @@ import sys
 
 import yaml
 
-from bayes_planet import config as config_lib
+from bayes_planet.agent import config as config_lib
 from bayes_planet.experiment import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

@@ -344,9 +344,9 @@ def _world_batch(batch, length=8, seed=0):
 
 
 def _world_models(estimator, strategy, overrides=(), learning_rate=1.0):
-    from bayes_planet import config as config_lib
     from bayes_planet._keras import keras
-    from bayes_planet.world_model import WorldModel
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.world_model import WorldModel
     # PlaNet's world model (unit observation std, raw observations): with SGD(1) a sharper
     # likelihood scales the gradients, and so the reduction-order differences, by 1/std².
     config = config_lib.load(["planet", "debug"], [f"model.estimator={estimator}",
@@ -371,7 +371,7 @@ def mirrored_world_model():
     strategy = _mirrored()
     import tensorflow as tf
 
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
     seed = tf.constant([3, 4])
     for estimator in ("reparameterization", "flipout"):
         # 1. A global batch of distinct rows: each replica trains on its rows with their
@@ -404,7 +404,7 @@ def mirrored_world_model():
               mirrored={k: float(got[k]) for k in ref},
               weight_diff=_weights_diff(single, multi))
     # 3. A few debug-sized steps with the default optimizer (Adam), finite.
-    from bayes_planet.world_model import WorldModel
+    from bayes_planet.agent.world_model import WorldModel
     config = config_lib.load(["debug"], ["model.estimator=flipout"])
     model = WorldModel(config, (5,), 1, strategy=strategy)
     losses = [float(model.train_step(_world_batch(4, seed=i), tf.constant([0, i]), 100)["loss"])
@@ -418,8 +418,8 @@ def mirrored_world_model():
 def trainer_mirrored(logdir):
     """The agent loop (`Trainer`, debug preset) with ``strategy: mirrored`` on 2 CPUs."""
     _mirrored()
-    from bayes_planet import config as config_lib
-    from bayes_planet.training import Trainer
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.training import Trainer
     config = config_lib.load(["debug"], ["strategy=mirrored", "eval.video=false"])
     trainer = Trainer(config, logdir)
     records = trainer.loop(progress=False)

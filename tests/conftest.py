@@ -16,7 +16,7 @@ from bayes_planet.layers._compat import NotPortedError  # noqa: E402
 
 AGENT_EXTRA_INSTALLED = agent_extra_installed()
 
-# An agent run (`bayes_planet.run.Run`) turns op determinism on for the whole process, and TF
+# An agent run (`bayes_planet.agent.run.Run`) turns op determinism on for the whole process, and TF
 # has no public way to turn it off: set it once for every test, so that no test sees a state
 # that depends on which tests ran before it in the same worker.
 import tensorflow as tf  # noqa: E402  isort: skip
@@ -116,7 +116,7 @@ def _seed_everything():
 def finished(tmp_path_factory):
     """A finished debug run (3 episodes; checkpoints 2 and 3), trained in-process once per
     test module that asks for it; copy it (`run`) before changing anything in it."""
-    from bayes_planet import cli
+    from bayes_planet.agent import cli
 
     logdir = tmp_path_factory.mktemp("finished") / "run"
     assert cli.main(["train", "--logdir", str(logdir), "--preset", "debug", "--quiet",

@@ -10,11 +10,11 @@ import pytest
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
-from bayes_planet import config as config_lib
 from bayes_planet import envs
+from bayes_planet.agent import config as config_lib
+from bayes_planet.agent.policy import PlannerPolicy, exploration_noise
+from bayes_planet.agent.world_model import WorldModel
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv
-from bayes_planet.policy import PlannerPolicy, exploration_noise
-from bayes_planet.world_model import WorldModel
 
 
 @pytest.fixture(scope="module")
@@ -277,7 +277,7 @@ def test_spread_exploration_is_as_wide_as_the_search_ended(setup):
 def test_training_sets_the_scheduled_noise_before_each_collected_episode(tmp_path, monkeypatch):
     """Episodes of 120 env steps, 2 seed episodes: the planner's episodes 3 and 4 start after
     240 and 360 env steps, so a fall 0.3 -> 0.1 over 480 steps gives them 0.2 and 0.15."""
-    from bayes_planet.training import Trainer
+    from bayes_planet.agent.training import Trainer
 
     calls = []
     original = PlannerPolicy.set_exploration_noise
@@ -292,7 +292,7 @@ def test_training_sets_the_scheduled_noise_before_each_collected_episode(tmp_pat
 
 def _cli(*args, timeout=600):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "bayes_planet.cli", *args],
+    return subprocess.run([sys.executable, "-m", "bayes_planet.agent.cli", *args],
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 

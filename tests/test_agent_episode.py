@@ -34,7 +34,7 @@ def test_one_round_times_every_phase_of_each_variant():
 def test_an_evaluation_of_several_episodes_is_counted_once_per_eval_every():
     """``eval`` times `Trainer.evaluate`, all ``eval.episodes`` episodes: the episode total
     adds it once per ``eval.every`` episodes (it was multiplied by eval.episodes again)."""
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
 
     config = config_lib.load(["cpu"], ["eval.episodes=5", "eval.every=5"])
     phases = {"train": 40.0, "collect": 2.0, "eval": 10.0}  # 5 episodes of 2 s

@@ -37,7 +37,7 @@ def test_tasks_preset_grid(agents, tmp_path):
     command = agents.train_command(runs[11], config["base_presets"])
     assert command[command.index("--preset") + 1] == "cpu,value,proprio"
     assert "task=walker-walk" in command and "model.estimator=reparameterization" in command
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
 
     merged = config_lib.validate(config_lib.load(config["base_presets"], runs[11]["sets"]))
     assert (merged.train.updates_per_episode, merged.planner.cem.iterations,
@@ -50,8 +50,8 @@ def test_tasks_preset_grid(agents, tmp_path):
 def test_tasks_preset_reaches_the_last_table_step_on_every_task(agents, tmp_path):
     """train.episodes x the env steps an episode takes (agent steps x the task's action
     repeat, PlaNet's per-domain default) is the last column's env steps on every task."""
-    from bayes_planet import config as config_lib
     from bayes_planet import envs
+    from bayes_planet.agent import config as config_lib
 
     config = _load(agents, ["tasks"])
     target = max(config["table_steps"])
@@ -76,8 +76,8 @@ def test_a_grid_refuses_a_logdir_that_holds_another_runs_config(agents, tmp_path
     second must not count the first's run as its own (it once reported cartpole's returns
     as cheetah-run's). The same config passes, and so does a larger train.episodes (an
     extended run)."""
-    from bayes_planet import config as config_lib
     from bayes_planet import yaml_config
+    from bayes_planet.agent import config as config_lib
 
     cartpole = _load(agents, ["debug"])
     run = agents.grid(cartpole, tmp_path)[0]
@@ -148,8 +148,8 @@ def test_sparse_task_presets_are_the_sparse_grid_on_their_task(agents, tmp_path,
                                                                grids):
     """`--preset sparse,pendulum` and `sparse,finger`: the sparse grid's variants on their
     task, runs the trainer accepts, and coverage grids of columns the task's physics has."""
-    from bayes_planet import config as config_lib
     from bayes_planet import envs
+    from bayes_planet.agent import config as config_lib
 
     config = _load(agents, ["sparse", preset])
     runs = agents.grid(config, tmp_path)
@@ -169,7 +169,7 @@ def test_finger_optimism_grid_crosses_beta_with_the_critics_novelty(agents, tmp_
     finger-spin, planner novelty 0; each run trains with its value.novelty, and a run of
     the `finger` grid without any bonus is the same cell as beta0_value_novelty0 (the
     control is not trained twice: its config is the trainer's equal)."""
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
 
     config = _load(agents, ["sparse", "finger", "finger_optimism"])
     runs = agents.grid(config, tmp_path)

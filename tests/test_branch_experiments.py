@@ -8,8 +8,8 @@ import sys
 import _experiments  # tests/_experiments.py
 import pytest
 
-from bayes_planet import config as config_lib
 from bayes_planet import yaml_config
+from bayes_planet.agent import config as config_lib
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def test_grid_commands_are_branches_of_the_newest_checkpoint(branches, tmp_path)
     assert branches.agents.launch_logs(run) == tmp_path / "out" / "runs" / "horizon3" / \
         "seed1.launch"
     assert run["command"][1:] == [
-        "-m", "bayes_planet.cli", "train", "--branch-from", str(parent), "--logdir",
+        "-m", "bayes_planet.agent.cli", "train", "--branch-from", str(parent), "--logdir",
         str(run["logdir"]), "--quiet", "--set", "seed=1", "--set", "train.episodes=7",
         "--set", "eval.video=false", "--set", "planner.horizon=3"]
     assert run["branch_point"] == 3 and run["episodes"] == 7
@@ -185,7 +185,7 @@ def test_make_branches_copies_every_branch_from_one_checkpoint(branches, tmp_pat
                                                                monkeypatch):
     """All branches are copied before any trains; a parent that saves a checkpoint between
     two copies leaves no branch of the newer one."""
-    from bayes_planet import run as run_lib
+    from bayes_planet.agent import run as run_lib
 
     parent = _fake_parent(tmp_path / "parent")
     config = _debug(branches, parent, "seeds=[0, 1]")
@@ -218,7 +218,7 @@ def test_branches_debug_preset_end_to_end(branches, tmp_path):
     """A 3-episode debug run, branched into two arms of one more episode each, evaluated;
     a rerun trains nothing."""
     parent = tmp_path / "parent"
-    subprocess.run([sys.executable, "-m", "bayes_planet.cli", "train", "--preset", "debug",
+    subprocess.run([sys.executable, "-m", "bayes_planet.agent.cli", "train", "--preset", "debug",
                     "--logdir", str(parent), "--quiet", "--set", "eval.video=false"],
                    check=True)
     out = tmp_path / "out"

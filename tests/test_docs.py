@@ -101,6 +101,6 @@ def test_the_configuration_page_names_every_key():
 
 
 def test_the_configuration_page_includes_the_agents_yaml():
-    from bayes_planet import config as config_lib  # the agent extra
+    from bayes_planet.agent import config as config_lib  # the agent extra
 
     assert _included_yaml().resolve() == config_lib._PATH.resolve()

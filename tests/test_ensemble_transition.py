@@ -11,17 +11,17 @@ import tensorflow as tf
 import yaml
 from tf_agents.environments import tf_py_environment
 
-from bayes_planet import config as config_lib
 from bayes_planet import envs
 from bayes_planet import layers as bl
+from bayes_planet.agent import config as config_lib
+from bayes_planet.agent.policy import PlannerPolicy, candidate_scores, imagined_returns
+from bayes_planet.agent.probes import encode_closed_loop, encode_open_loop
+from bayes_planet.agent.rssm import RSSM
+from bayes_planet.agent.value import ValueModel
+from bayes_planet.agent.world_model import WorldModel
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv
 from bayes_planet.layers import posterior_mean
 from bayes_planet.layers.base import moments
-from bayes_planet.policy import PlannerPolicy, candidate_scores, imagined_returns
-from bayes_planet.probes import encode_closed_loop, encode_open_loop
-from bayes_planet.rssm import RSSM
-from bayes_planet.value import ValueModel
-from bayes_planet.world_model import WorldModel
 
 TRANSITION = ("transition_in", "prior_hidden", "prior_stats")
 SHARED = ("cell", "post_hidden", "post_stats")

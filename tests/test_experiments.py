@@ -140,7 +140,7 @@ def test_agent_grid_prior_default_is_the_trainers_and_merges_check_it(agents, tm
     """The grid's default weight prior is the trainer's (configs.yaml), the presets of the
     archived experiments keep the N(0, 1) they ran with, and merging an archive run with
     another prior is refused (archives from before the key count as N(0, 1))."""
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
 
     load = agents._config.load_dict
     assert load(agents.CONFIG_PATH, [])["weight_priors"] == [config_lib.load().model.weight_prior]
@@ -475,7 +475,7 @@ def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
     import sys
 
     logdir = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "bayes_planet.cli", "train", "--preset",
+    done = subprocess.run([sys.executable, "-m", "bayes_planet.agent.cli", "train", "--preset",
                            "debug,value", "--logdir", str(logdir), "--set", "eval.video=false",
                            "--set", "model.normalize_obs=false",  # it reads raw observations
                            "--quiet"], capture_output=True, text=True, timeout=600)

@@ -67,7 +67,7 @@ def test_unknown_family_or_estimator_is_one_line():
 
 
 def test_readers_take_their_choices_from_the_registry():
-    from bayes_planet.rssm import ESTIMATORS
+    from bayes_planet.agent.rssm import ESTIMATORS
 
     assert ESTIMATORS == layer_registry.estimators("dense", sampling_only=True, ensembles=True)
     assert ESTIMATORS[-2:] == ("rank1", "batch_ensemble")  # the 'dense_ensemble' family's

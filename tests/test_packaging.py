@@ -15,11 +15,12 @@ from bayes_planet._extras import AGENT_MODULES
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Modules of the agent stack, and heavy modules pulled in only through it.
 AGENT_STACK = AGENT_MODULES + ("dm_env", "pygame", "gym", "imageio_ffmpeg")
-# The layer library and the TF-only modules built on it.
+# The layer library and the modules beside it (all but bayes_planet.agent, bayes_planet.envs and
+# the YAML loaders of the scripts).
 LIBRARY_MODULES = ("bayes_planet", "bayes_planet.layers", "bayes_planet.uncertainty_metrics",
-                   "bayes_planet.recalibration",
-                   "bayes_planet.networks", "bayes_planet.export", "bayes_planet.testing",
-                   "bayes_planet.planners")
+                   "bayes_planet.recalibration", "bayes_planet.export", "bayes_planet.testing",
+                   "bayes_planet.planners", "bayes_planet.distribute", "bayes_planet.layer_registry",
+                   "bayes_planet.seeds", "bayes_planet.run_dirs")
 
 
 def _python(code, hide=()):
@@ -40,10 +41,11 @@ def test_layer_library_does_not_import_the_agent_stack():
     assert json.loads(result.stdout.strip().splitlines()[-1]) == []
 
 
-@pytest.mark.parametrize("module", ["bayes_planet.training", "bayes_planet.envs",
-                                    "bayes_planet.agent", "bayes_planet.policy",
-                                    "bayes_planet.collection", "bayes_planet.cli",
-                                    "bayes_planet.config", "bayes_planet.probes"])
+@pytest.mark.parametrize("module", ["bayes_planet.agent.training", "bayes_planet.envs",
+                                    "bayes_planet.agent", "bayes_planet.agent.policy",
+                                    "bayes_planet.agent.collection", "bayes_planet.agent.cli",
+                                    "bayes_planet.agent.config", "bayes_planet.agent.probes",
+                                    "bayes_planet.agent.networks", "bayes_planet.agent.replay"])
 def test_agent_modules_name_the_missing_extra(module):
     result = _python(
         f"try:\n    import {module}\nexcept ImportError as e:\n"

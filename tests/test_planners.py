@@ -316,8 +316,8 @@ def test_true_simulator_debug_run(tmp_path):
 # ---------------------------------------------------------------- planners by name
 def test_planners_get_returns_the_registered_cem_planner():
     """``planner.name: cem`` is `cross_entropy_method` with the ``planner.cem`` settings."""
-    from bayes_planet import config as config_lib
     from bayes_planet import planners
+    from bayes_planet.agent import config as config_lib
 
     assert planners.names() == ["cem"]
     cem = config_lib.load(["debug"]).planner.cem
@@ -342,8 +342,8 @@ def test_planners_get_returns_the_registered_cem_planner():
 
 
 def test_every_registered_planner_has_a_config_section_and_vice_versa():
-    from bayes_planet import config as config_lib
     from bayes_planet import planners
+    from bayes_planet.agent import config as config_lib
 
     planner = config_lib.load().planner.to_dict()
     assert sorted(k for k, v in planner.items() if isinstance(v, dict)) == planners.names()
@@ -361,7 +361,7 @@ def test_planners_get_with_an_unknown_name_is_a_one_line_error_naming_it(name):
 
 
 def test_an_unknown_planner_name_in_the_config_is_a_one_line_error():
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
 
     with pytest.raises(config_lib.ConfigError, match=r"Received: planner.name='mppi'$"):
         config_lib.validate(config_lib.load(overrides=["planner.name=mppi"]))

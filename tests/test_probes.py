@@ -1,4 +1,4 @@
-"""Latent probes (bayes_planet.probes): the regressors, the open-loop alignment, the command."""
+"""Latent probes (bayes_planet.agent.probes): the regressors, the open-loop alignment, the command."""
 
 import json
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bayes_planet import config as config_lib
+from bayes_planet.agent import config as config_lib
+from bayes_planet.agent.probes import encode_closed_loop, encode_open_loop, fit_probes, probe_run
+from bayes_planet.agent.world_model import WorldModel
 from bayes_planet.layers import posterior_mean
-from bayes_planet.probes import encode_closed_loop, encode_open_loop, fit_probes, probe_run
-from bayes_planet.world_model import WorldModel
 
 NAMES = ["v0", "v1", "p0", "p1"]
 GROUPS = {"v0": "velocity", "v1": "velocity", "p0": "position", "p1": "position"}
@@ -109,7 +109,7 @@ def test_a_shared_weight_seed_encodes_with_one_model_sample(model):
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory):
     """A debug-size run (3 episodes, 3 updates) with physics in its replay."""
-    from bayes_planet.training import Trainer
+    from bayes_planet.agent.training import Trainer
 
     logdir = tmp_path_factory.mktemp("run")
     Trainer(config_lib.load(["debug"], ["eval.video=false"]), logdir).loop(progress=False)
@@ -117,7 +117,7 @@ def trained_run(tmp_path_factory):
 
 
 def test_probe_command_writes_report_and_plot(trained_run, tmp_path):
-    from bayes_planet import cli
+    from bayes_planet.agent import cli
 
     shared = tmp_path / "shared"
     assert cli.main(["probe", "--logdir", str(trained_run), "--episodes", "1",
@@ -165,9 +165,9 @@ def test_reward_errors_closed_form():
     against known rewards follow from their definitions."""
     import tensorflow as tf
 
-    from bayes_planet import config as config_lib
-    from bayes_planet.probes import reward_errors
-    from bayes_planet.world_model import WorldModel
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.probes import reward_errors
+    from bayes_planet.agent.world_model import WorldModel
 
     tf.keras.utils.set_random_seed(0)
     model = WorldModel(config_lib.load(["debug"]), (5,), 1)
@@ -186,7 +186,7 @@ def test_reward_errors_closed_form():
 
 
 def test_probe_command_reports_a_missing_run(tmp_path, capsys):
-    from bayes_planet import cli
+    from bayes_planet.agent import cli
 
     assert cli.main(["probe", "--logdir", str(tmp_path / "nope")]) == 2
     assert "no run in" in capsys.readouterr().err

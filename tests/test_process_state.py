@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bayes_planet import config as config_lib
+from bayes_planet.agent import config as config_lib
 
 
 @pytest.fixture
 def run_with_writer(tmp_path):
-    from bayes_planet.run import Run
+    from bayes_planet.agent.run import Run
 
     run = Run(tmp_path / "run", config_lib.load(["debug"], ["eval.video=false"]))
     tf.summary.scalar  # noqa: B018 (the writer below is the one `Trainer` uses)
@@ -49,7 +49,7 @@ def test_closing_a_run_while_a_graph_is_traced_adds_no_op_to_it(run_with_writer,
 
 
 def test_a_finished_trainer_leaves_no_open_writer_or_lock(tmp_path):
-    from bayes_planet.training import Trainer
+    from bayes_planet.agent.training import Trainer
 
     trainer = Trainer(config_lib.load(["debug"], ["eval.video=false", "train.episodes=2"]),
                       tmp_path / "run")

@@ -1,4 +1,4 @@
-"""Tests for bayes_planet.replay.EpisodeReplay: chunk sampling, disk storage, resume, validation."""
+"""Tests for bayes_planet.agent.replay.EpisodeReplay: chunk sampling, disk storage, resume, validation."""
 
 import os
 import re
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bayes_planet.replay import EpisodeReplay
+from bayes_planet.agent.replay import EpisodeReplay
 
 
 def make_episode(episode_id, steps, action_dim=2):
@@ -325,7 +325,7 @@ _WRITER = textwrap.dedent(
     """
     import sys
     import numpy as np
-    from bayes_planet.replay import EpisodeReplay
+    from bayes_planet.agent.replay import EpisodeReplay
 
     replay = EpisodeReplay(sys.argv[1])
     index = replay.num_episodes
@@ -431,8 +431,8 @@ def test_a_collected_episode_holds_every_transition_and_the_final_reward(tmp_pat
     environment's, and the collection ends without planning past the last step."""
     import numpy as np
 
-    from bayes_planet import config as config_lib
-    from bayes_planet.training import Trainer
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.training import Trainer
 
     config = config_lib.load(["debug"], ["eval.video=false", "train.episodes=2"])
     trainer = Trainer(config, tmp_path / "run")

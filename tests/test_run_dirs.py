@@ -16,8 +16,9 @@ import _experiments  # tests/_experiments.py
 import pytest
 from test_run_edges import BASE, _one_error_line, _snapshot
 
-from bayes_planet import cli, run_dirs
-from bayes_planet import config as config_lib
+from bayes_planet import run_dirs
+from bayes_planet.agent import cli
+from bayes_planet.agent import config as config_lib
 
 
 def _branch(parent, logdir, *sets):
@@ -150,7 +151,7 @@ def test_a_branch_into_a_run_that_is_not_its_branch_is_refused(run, finished, tm
     _one_error_line(capsys, f"Expected an empty or new logdir, or a branch of {str(run)!r}",
                     f"logdir={str(other)!r} holds a run that is not a branch")
     assert _snapshot(other) == before
-    from bayes_planet import run as run_lib
+    from bayes_planet.agent import run as run_lib
 
     config = config_lib.read(run / "config.yaml")
     branch = tmp_path / "branch"
@@ -175,7 +176,7 @@ def test_a_branch_starts_at_the_newest_committed_readable_checkpoint(run, tmp_pa
     """A parent caught between its checkpoint and that episode's file, a parent whose newest
     checkpoint is damaged, and one that removes the checkpoint being copied: each branches
     from its newest checkpoint that is committed and readable, never "damaged"."""
-    from bayes_planet import run as run_lib
+    from bayes_planet.agent import run as run_lib
 
     config = config_lib.read(run / "config.yaml")
     last = sorted((run / "episodes").iterdir())[-1]

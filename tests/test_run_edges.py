@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from bayes_planet import cli
+from bayes_planet.agent import cli
 
 BASE = ["--preset", "debug", "--quiet", "--set", "eval.video=false"]
 
@@ -124,7 +124,7 @@ def test_a_run_that_lost_data_is_refused_with_one_line_and_left_as_it_is(
 
 
 def test_an_old_config_without_weight_prior_reads_as_the_normal_prior_it_ran_with(run):
-    from bayes_planet import config as config_lib
+    from bayes_planet.agent import config as config_lib
 
     text = (run / "config.yaml").read_text()
     lines = [line for line in text.splitlines() if not line.strip().startswith("weight_prior:")]
@@ -139,7 +139,7 @@ def test_an_old_config_without_weight_prior_reads_as_the_normal_prior_it_ran_wit
 ])
 def test_reader_outputs_are_checked_before_any_episode_is_collected(run, tmp_path, capsys,
                                                                     args, monkeypatch):
-    from bayes_planet.collection import Collector
+    from bayes_planet.agent.collection import Collector
 
     afile = tmp_path / "afile"
     afile.write_text("")
@@ -166,7 +166,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_half_written_checkpoint(tmp_path,
 
 
 def test_a_full_disk_while_writing_metrics_is_one_line(tmp_path, capsys, monkeypatch):
-    from bayes_planet.run import Run
+    from bayes_planet.agent.run import Run
 
     def full(self, record):
         raise OSError(errno.ENOSPC, "No space left on device", str(self.logdir / "metrics.jsonl"))
@@ -178,7 +178,7 @@ def test_a_full_disk_while_writing_metrics_is_one_line(tmp_path, capsys, monkeyp
 
 def test_ctrl_c_is_one_line_and_the_same_command_resumes_to_the_same_run(finished, tmp_path,
                                                                          capsys, monkeypatch):
-    from bayes_planet.collection import Collector
+    from bayes_planet.agent.collection import Collector
 
     collect, calls = Collector.collect, []
 
@@ -197,5 +197,5 @@ def test_ctrl_c_is_one_line_and_the_same_command_resumes_to_the_same_run(finishe
     monkeypatch.setattr(Collector, "collect", collect)
     assert _train(logdir) == 0
     strip = lambda p: [{k: v for k, v in r.items() if not k.startswith("seconds")}  # noqa: E731
-                       for r in __import__("bayes_planet.run").run.read_metrics(p)]
+                       for r in __import__("bayes_planet.agent.run").agent.run.read_metrics(p)]
     assert strip(logdir) == strip(finished)

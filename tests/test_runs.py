@@ -1,6 +1,6 @@
 """Trustworthy runs (issue #18): reproducible from a seed, crash-safe, one owner of the logdir.
 
-Crashes are injected with ``BAYES_PLANET_FAULT=point:n`` (`bayes_planet.faults.fault_point`), which
+Crashes are injected with ``BAYES_PLANET_FAULT=point:n`` (`bayes_planet.agent.faults.fault_point`), which
 SIGKILLs the trainer the n-th time it reaches a named point: no timing luck.
 """
 
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from bayes_planet import config as config_lib
 from bayes_planet import seeds, yaml_config
+from bayes_planet.agent import config as config_lib
 
 WALL_CLOCK = ("seconds", "seconds_updates", "seconds_collect", "seconds_eval")
 
@@ -26,7 +26,7 @@ def _cli(*args, fault=None, timeout=600):
     env.pop("BAYES_PLANET_FAULT", None)
     if fault:
         env["BAYES_PLANET_FAULT"] = fault
-    return subprocess.run([sys.executable, "-m", "bayes_planet.cli", *args],
+    return subprocess.run([sys.executable, "-m", "bayes_planet.agent.cli", *args],
                           capture_output=True, text=True, timeout=timeout, env=env)
 
 
@@ -222,7 +222,7 @@ def test_a_branch_is_a_copy_of_its_parent_at_its_checkpoint_with_the_new_config(
     """`run.branch` in-process (no training): the parent's newest checkpoint and its episodes
     and rows up to it, byte for byte; the new config and branch.json; the parent is not
     written; a second call leaves the branch to the trainer."""
-    from bayes_planet import run as run_lib
+    from bayes_planet.agent import run as run_lib
 
     before = _snapshot(reference)
     config = config_lib.with_overrides(config_lib.read(reference / "config.yaml"),
@@ -262,7 +262,7 @@ def test_target_updates_of_a_run_and_of_a_branch_that_changes_the_rate():
     the parent's count over the parent's episodes."""
     from types import SimpleNamespace
 
-    from bayes_planet.training import target_updates
+    from bayes_planet.agent.training import target_updates
 
     train = SimpleNamespace(seed_episodes=5, updates_per_episode=100)
     assert [target_updates(k, train) for k in (0, 4, 5, 43)] == [0, 0, 100, 3900]
@@ -474,7 +474,7 @@ def test_nonfinite_steps_are_skipped_counted_and_logged(tmp_path):
 ])
 def test_bad_config_values_are_one_line_errors_and_write_nothing(tmp_path, capsys, sets,
                                                                   message):
-    from bayes_planet import cli
+    from bayes_planet.agent import cli
 
     logdir = tmp_path / "run"
     argv = ["train", "--preset", "debug", "--logdir", str(logdir)]
@@ -493,7 +493,7 @@ def test_yaml_exponent_without_a_dot_is_a_float():
 
 
 def test_bad_logdirs_and_bad_runs_are_one_line_errors(tmp_path, capsys):
-    from bayes_planet import cli
+    from bayes_planet.agent import cli
 
     a_file = tmp_path / "file"
     a_file.write_text("x")
@@ -522,7 +522,7 @@ def test_bad_logdirs_and_bad_runs_are_one_line_errors(tmp_path, capsys):
 def test_eval_plans_differently_with_set_and_refuses_other_keys(reference, tmp_path, capsys):
     """``eval --set`` changes how the trained agent plans (planner.*, value.policy_proposals),
     never the run; any other key, or a bad value, is a one-line error naming it."""
-    from bayes_planet import cli
+    from bayes_planet.agent import cli
 
     logdir = tmp_path / "run"
     shutil.copytree(reference, logdir)
@@ -553,7 +553,7 @@ def test_eval_with_the_collection_policy_adds_only_its_noise_on_the_same_episode
     exploration noise another return than the greedy plan, the same one when repeated; with
     the noise set to 0 (and no optimism) exactly the greedy plan's episode. eval.json records
     the policy; the run is not touched."""
-    from bayes_planet import cli
+    from bayes_planet.agent import cli
 
     logdir = tmp_path / "run"
     shutil.copytree(reference, logdir)
@@ -664,7 +664,7 @@ def test_one_preset_grammar():
     for argv in (["--preset", "a,b"], ["--preset", "a", "b"], ["--preset", "a", "--preset", "b"]):
         assert yaml_config.presets_from(parser.parse_args(argv)) == ["a", "b"], argv
     assert yaml_config.presets_from(parser.parse_args([])) == ["d"]
-    from bayes_planet import cli
+    from bayes_planet.agent import cli
 
     args = cli.build_parser().parse_args(["train", "--logdir", "x", "--preset", "debug", "cpu"])
     assert yaml_config.parse_presets(args.preset) == ["debug", "cpu"]
@@ -684,7 +684,7 @@ def test_envs_dmc_and_gym_adapter_do_not_import_each_other():
 
 
 def test_learning_curve_draws_a_single_kl_point_with_markers():
-    from bayes_planet.training import learning_curve_figure
+    from bayes_planet.agent.training import learning_curve_figure
 
     fig = learning_curve_figure([{"env_steps": 10, "return": 1.0, "state_kl": 3.0,
                                   "weight_kl": 20.0}])

@@ -7,7 +7,7 @@ import json
 import pytest
 from _experiments import load
 
-from bayes_planet import config as config_lib
+from bayes_planet.agent import config as config_lib
 
 
 @pytest.fixture(scope="module")

@@ -33,7 +33,7 @@ def _run_python(script):
 
 def test_train_prints_no_start_up_noise(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "bayes_planet.cli", "train", "--preset", "debug", "--quiet",
+        [sys.executable, "-m", "bayes_planet.agent.cli", "train", "--preset", "debug", "--quiet",
          "--logdir", str(tmp_path / "run"), "--set", "eval.video=false",
          "--set", "train.episodes=2"],
         capture_output=True, text=True, timeout=600, env=_env())
@@ -101,7 +101,7 @@ def test_a_bad_config_key_fails_before_tensorflow_loads():
     """`config.validate` checks every key that needs no TensorFlow first (the CLI's fast
     failure); only the rank-1 factor names, checked last, load the layer library."""
     script = ("import sys\n"
-              "from bayes_planet import config\n"
+              "from bayes_planet.agent import config\n"
               "try:\n"
               "    config.validate(config.load(['debug'], ['model.deter=0']))\n"
               "except config.ConfigError as e:\n"

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bayes_planet import config as config_lib
+from bayes_planet.agent import config as config_lib
+from bayes_planet.agent.value import lambda_returns
 from bayes_planet.planners import cross_entropy_method
-from bayes_planet.value import lambda_returns
 
 
 def _reference_lambda_returns(rewards, values, gamma, lam):
@@ -69,8 +69,8 @@ def test_proposals_of_the_wrong_shape_are_refused():
 
 # -- the value model on a small world model ----------------------------------------------------
 def _models(sets=()):
-    from bayes_planet.value import ValueModel
-    from bayes_planet.world_model import WorldModel
+    from bayes_planet.agent.value import ValueModel
+    from bayes_planet.agent.world_model import WorldModel
 
     config = config_lib.load(["debug", "value"], list(sets))
     tf.keras.utils.set_random_seed(0)
@@ -175,7 +175,7 @@ def test_world_model_step_returns_its_posterior_without_changing_the_step():
     metrics, posterior = world_model.train_step(batch, seed, 100, return_posterior=True)
     after = [v.numpy() for v in world_model.trainable_variables]
     tf.keras.utils.set_random_seed(0)
-    from bayes_planet.world_model import WorldModel
+    from bayes_planet.agent.world_model import WorldModel
 
     twin = WorldModel(config, (5,), 1)
     expected_post, _ = twin.rssm.observe(
@@ -192,7 +192,7 @@ def test_world_model_step_returns_its_posterior_without_changing_the_step():
 
 
 def test_imagined_returns_add_the_discounted_terminal_value():
-    from bayes_planet.policy import imagined_returns
+    from bayes_planet.agent.policy import imagined_returns
 
     _, world_model, value_model = _models(["value.discount=0.9"])
     rng = np.random.default_rng(0)
@@ -216,7 +216,7 @@ def test_planner_latent_shares_or_removes_the_candidates_latent_noise():
     latent draws), ``shared`` alike (one draw for all, another per seed), ``mean`` alike and
     whatever the seed (a deterministic transition: no weight draws either), equal to the
     rollout of the prior's means."""
-    from bayes_planet.policy import candidate_scores
+    from bayes_planet.agent.policy import candidate_scores
 
     _, world_model, value_model = _models(["model.estimator=deterministic"])
     rng = np.random.default_rng(0)
@@ -292,7 +292,7 @@ def test_planner_latent_is_checked_and_older_configs_sample():
 def test_novelty_adds_the_discounted_disagreement_of_the_weight_samples():
     """planner.novelty with a mean-field transition: K = 2 weight samples; the bonus is
     Σ_t γ^(t-1) (std over the samples of the prior mean at t, averaged over its dims)."""
-    from bayes_planet.policy import candidate_scores
+    from bayes_planet.agent.policy import candidate_scores
 
     _, world_model, value_model = _models(["value.discount=0.9"])
     rng = np.random.default_rng(1)

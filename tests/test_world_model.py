@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bayes_planet import config as config_lib
 from bayes_planet import yaml_config
-from bayes_planet.rssm import RSSM
-from bayes_planet.world_model import WorldModel, preprocess_image
+from bayes_planet.agent import config as config_lib
+from bayes_planet.agent.rssm import RSSM
+from bayes_planet.agent.world_model import WorldModel, preprocess_image
 
 
 def _debug_config(*overrides):
@@ -269,18 +269,18 @@ def test_reward_prediction_beats_the_mean_on_held_out_random_episodes():
 
 
 def _run(logdir, episodes, fault=None):
-    cmd = [sys.executable, "-m", "bayes_planet.cli", "train", "--preset", "debug",
+    cmd = [sys.executable, "-m", "bayes_planet.agent.cli", "train", "--preset", "debug",
            "--logdir", str(logdir), "--quiet", "--set", f"train.episodes={episodes}"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("BAYES_PLANET_FAULT", None)
     if fault:
-        env["BAYES_PLANET_FAULT"] = fault  # SIGKILL at a named point (bayes_planet.faults).
+        env["BAYES_PLANET_FAULT"] = fault  # SIGKILL at a named point (bayes_planet.agent.faults).
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
 
 
 def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
     """SIGKILL a debug run during its second planning episode, rerun the same command."""
-    from bayes_planet.agent import Agent
+    from bayes_planet.agent.agent import Agent
 
     logdir = tmp_path / "run"
     killed = _run(logdir, episodes=5, fault="plan:20")  # 15 steps per episode: in episode 4.
@@ -316,7 +316,7 @@ def test_a_logdir_from_a_different_config_is_refused(tmp_path):
     logdir = tmp_path / "run"
     yaml_config.write(config_lib.load(["debug"]), logdir / "config.yaml")
     result = subprocess.run(
-        [sys.executable, "-m", "bayes_planet.cli", "train", "--preset", "debug", "--logdir",
+        [sys.executable, "-m", "bayes_planet.agent.cli", "train", "--preset", "debug", "--logdir",
          str(logdir), "--set", "train.batch_size=2"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 2
     assert "different config" in result.stderr and "batch_size" in result.stderr
@@ -352,8 +352,8 @@ def test_layer_noise_seeds_differ_for_anagram_names():
     """Each Bayesian layer's noise seed comes from the stream ``layer_noise(index of its
     name)``: names made of the same letters (whose character codes once summed to the same
     index) get different seeds, the same name the same seed."""
+    from bayes_planet.agent.rssm import dense_factory
     from bayes_planet.layers import NormalKLDivergence
-    from bayes_planet.rssm import dense_factory
 
     make = dense_factory("reparameterization", lambda: NormalKLDivergence(stddev=1.0), seed=3)
     names = ["dense_ab", "dense_ba", "abc", "cab", "bca"]
@@ -403,8 +403,8 @@ def test_normalized_observations_use_the_seed_statistics_once():
     import numpy as np
     import tensorflow as tf
 
-    from bayes_planet import config as config_lib
-    from bayes_planet.world_model import WorldModel
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.world_model import WorldModel
 
     config = config_lib.load(["debug"], ["model.normalize_obs=true"])
     model = WorldModel(config, (3,), 1)
@@ -426,8 +426,8 @@ def test_normalized_observations_use_the_seed_statistics_once():
 def test_a_run_fixes_the_statistics_from_its_seed_episodes(tmp_path):
     import numpy as np
 
-    from bayes_planet import config as config_lib
-    from bayes_planet.training import Trainer
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent.training import Trainer
 
     config = config_lib.load(["debug"], ["model.normalize_obs=true", "eval.video=false"])
     trainer = Trainer(config, tmp_path / "run")

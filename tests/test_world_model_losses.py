@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from bayes_planet import config as config_lib
-from bayes_planet.world_model import WorldModel
+from bayes_planet.agent import config as config_lib
+from bayes_planet.agent.world_model import WorldModel
 
 _OVERRIDES = ("loss.free_nats=0.0", "model.estimator=deterministic")
 

@@ -13,7 +13,7 @@ planner is called as::
 where ``settings`` is its config sub-section (a `Config` or mapping), ``objective_fn`` maps
 candidate action sequences ``[B, N, H, A]`` to scores ``[B, N]`` (higher is better) and
 ``proposals`` is None or ``[B, M, H, A]`` sequences to consider besides the planner's own
-(rollouts of the learned policy, `bayes_planet.value`); ``initial_mean`` is None or ``[B, H,
+(rollouts of the learned policy, `bayes_planet.agent.value`); ``initial_mean`` is None or ``[B, H,
 A]``, where the search starts (``planner.warm_start``: the last plan shifted by one step) —
 a planner without a search distribution may ignore it. With ``return_spread=True`` it also
 returns its spread, ``[B, H, A]``: the std of its final search distribution, how unsure it

@@ -9,8 +9,6 @@
 Errors in arguments are reported as one-line messages, not tracebacks.
 """
 
-import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
-
 import argparse
 import errno
 import json
@@ -36,8 +34,8 @@ def _demo(args):
 def _branch_config(args):
     """``train --branch-from RUN``: the config of the branch — its own when ``--logdir`` holds
     it already (the same command resumes), else the parent's — with the ``--set`` values."""
-    from bayes_planet import config as config_lib
-    from bayes_planet import run as run_lib
+    from bayes_planet.agent import config as config_lib
+    from bayes_planet.agent import run as run_lib
 
     if args.preset or args.task:
         given = (f"--preset {' '.join(sum(args.preset, []))}".rstrip() if args.preset
@@ -53,8 +51,8 @@ def _branch_config(args):
 
 
 def _train(args):
-    from bayes_planet import config as config_lib
     from bayes_planet import yaml_config
+    from bayes_planet.agent import config as config_lib
 
     if args.branch_from is not None:  # An empty one is refused, not taken as none.
         config = _branch_config(args)
@@ -66,7 +64,7 @@ def _train(args):
         config = config_lib.load(presets, overrides)  # Fails fast, before TensorFlow loads.
         config_lib.validate(config)
     _startup.quiet_import(*_startup.AGENT_STACK)
-    from bayes_planet.training import Trainer
+    from bayes_planet.agent.training import Trainer
 
     trainer = Trainer(config, args.logdir)
     records = trainer.loop(progress=not args.quiet)
@@ -76,7 +74,7 @@ def _train(args):
 
 
 def _eval(args):
-    from bayes_planet.run import check_logdir
+    from bayes_planet.agent.run import check_logdir
     from bayes_planet.run_dirs import check_output_dir
 
     logdir = check_logdir(args.logdir)  # Checked before TensorFlow loads and any episode runs.
@@ -89,12 +87,14 @@ def _eval(args):
     import numpy as np
 
     from bayes_planet import envs
-    from bayes_planet.agent import Agent
+    from bayes_planet.agent.agent import Agent
 
     agent = Agent(logdir, read_only=True, planning=args.set or ())
     collector = agent.collector
     if args.policy == "collect":  # Its noise after the checkpoint's episodes, counted as
-        from bayes_planet.policy import exploration_noise  # training counts (whole decisions).
+        from bayes_planet.agent.policy import (
+            exploration_noise,  # training counts (whole decisions).
+        )
 
         repeat = collector.env.action_repeat
         env_steps = agent.restored * (agent.config.env.episode_length // repeat) * repeat
@@ -127,7 +127,7 @@ def _eval(args):
 
 def _probe(args):
     _startup.quiet_import(*_startup.AGENT_STACK)
-    from bayes_planet import probes
+    from bayes_planet.agent import probes
 
     horizons = [int(h) for h in args.horizons.split(",") if h.strip()]
     probes.probe_run(args.logdir, episodes=args.episodes, out=args.out,
@@ -233,7 +233,7 @@ def main(argv=None):
             "run the same command again")
         return 2
     except RuntimeError as e:
-        from bayes_planet.run import NonFiniteError
+        from bayes_planet.agent.run import NonFiniteError
 
         if not isinstance(e, NonFiniteError):
             raise

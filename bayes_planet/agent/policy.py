@@ -8,7 +8,7 @@ candidate action sequence is rolled out with the RSSM prior under K weight
 samples of the Bayesian transition (K independent `imagine` calls, each holding
 one weight sample fixed), its predicted rewards summed over the horizon, and
 scored by ``mean + beta * std`` over the K samples (β > 0 optimism, β < 0
-caution, β = 0 with K = 1 is PlaNet). With a `bayes_planet.value.ValueModel` (``value.enabled``)
+caution, β = 0 with K = 1 is PlaNet). With a `bayes_planet.agent.value.ValueModel` (``value.enabled``)
 the rewards are discounted and the critic's value of the last state is added (value-aware
 planning), and rollouts of its policy join the planner's candidates
 (``value.policy_proposals``). The first action of the plan is returned;
@@ -40,14 +40,12 @@ ranking compares actions); ``mean`` rolls out the prior's means (no latent noise
 deterministic latent). The weight samples are the same in all three.
 """
 
-import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
-
 import tensorflow as tf
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
 
 from bayes_planet import planners
-from bayes_planet.config import PLANNER_LATENT
+from bayes_planet.agent.config import PLANNER_LATENT
 from bayes_planet.layers import fixed_noise
 from bayes_planet.planners.objectives import uncertainty_aware_score
 
@@ -64,7 +62,7 @@ def imagined_returns(world_model, state, actions, seeds, value_model=None, laten
         out).
       actions: ``[B, N, H, A]`` candidate action sequences.
       seeds: ``[K, 2]`` stateless seeds, one weight sample each.
-      value_model: optional `bayes_planet.value.ValueModel`: then the return is
+      value_model: optional `bayes_planet.agent.value.ValueModel`: then the return is
         ``Σ_t γ^(t-1) r_t + γ^H V(s_H)`` (its discount γ and critic V); PlaNet's plain sum of
         rewards without.
     Returns:
@@ -152,12 +150,12 @@ class PlannerPolicy(tf_policy.TFPolicy):
 
     Args:
       time_step_spec, action_spec: TF-Agents specs of the (batched) environment.
-      world_model: a trained `bayes_planet.world_model.WorldModel`.
+      world_model: a trained `bayes_planet.agent.world_model.WorldModel`.
       planner: the ``planner`` config section (name, horizon, weight_samples, beta,
         exploration_noise, and the named planner's own sub-section, e.g. ``cem``).
       explore: add Gaussian exploration noise (collection) or not (evaluation); its std
         starts at ``planner.exploration_noise`` and follows `set_exploration_noise`.
-      value_model: optional `bayes_planet.value.ValueModel` (value-aware planning).
+      value_model: optional `bayes_planet.agent.value.ValueModel` (value-aware planning).
       proposals: rollouts of the value model's policy added to the planner's candidates
         (0: none).
       optimism: score candidates with ``planner.beta`` and ``planner.novelty`` (False:

@@ -1,7 +1,7 @@
 """The agent of a run directory: strategy, environments, replay, world model and policies.
 
 ``Agent(logdir, config)`` validates the config, opens the run directory for writing
-(`bayes_planet.run.Run`: lock, config.yaml, checkpoints, metrics) and assembles what lives in
+(`bayes_planet.agent.run.Run`: lock, config.yaml, checkpoints, metrics) and assembles what lives in
 it; ``Agent(logdir, read_only=True)`` opens a trained run for reading (`eval`, `probe`,
 experiment scripts). The order matters and is fixed here:
 
@@ -11,20 +11,18 @@ experiment scripts). The order matters and is fixed here:
 2. the `Run` (a writer takes the lock, writes or compares config.yaml);
 3. the environments, the replay (`EpisodeReplay` of ``<logdir>/episodes``), the world model
    (initial weights from the ``weights`` stream, `bayes_planet.seeds`), the value model if
-   ``value.enabled`` (`bayes_planet.value`, from the ``value_weights`` stream) and the counters;
+   ``value.enabled`` (`bayes_planet.agent.value`, from the ``value_weights`` stream) and the counters;
 4. uncommitted work is discarded and the newest valid checkpoint restored;
 5. the `Collector` (planner policies, seeded episode collection).
 """
-
-import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
 
 import pathlib
 
 import numpy as np
 
-from bayes_planet import config as config_lib
 from bayes_planet import seeds
-from bayes_planet.run import Run, RunError, read_config
+from bayes_planet.agent import config as config_lib
+from bayes_planet.agent.run import Run, RunError, read_config
 
 __all__ = ["Agent", "check_config"]
 
@@ -66,12 +64,12 @@ class Agent:
         checkpoint unless ``require_checkpoint=False``.
       require_checkpoint: readers only.
       planning: readers only: ``key=value`` overrides of how the agent plans
-        (`bayes_planet.config.PLANNING_KEYS`, e.g. ``planner.beta=1``); the model is the run's.
+        (`bayes_planet.agent.config.PLANNING_KEYS`, e.g. ``planner.beta=1``); the model is the run's.
       say: where warnings go (default: stderr).
     Attributes:
       config, run (the `Run`), logdir (the run's; a worker's own one under multi-worker),
       strategy, worker (0 for the chief), replay (`EpisodeReplay`), model (`WorldModel`),
-      value (the `bayes_planet.value.ValueModel`, or None for PlaNet),
+      value (the `bayes_planet.agent.value.ValueModel`, or None for PlaNet),
       updates, nonfinite, nonfinite_in_a_row (checkpointed counters), checkpoint,
       restored (the restored checkpoint's number, or None), collector (`Collector`: the
       environments and the policies).
@@ -85,9 +83,9 @@ class Agent:
         import tensorflow as tf
 
         from bayes_planet import distribute, envs
-        from bayes_planet.collection import Collector
-        from bayes_planet.replay import EpisodeReplay
-        from bayes_planet.world_model import WorldModel
+        from bayes_planet.agent.collection import Collector
+        from bayes_planet.agent.replay import EpisodeReplay
+        from bayes_planet.agent.world_model import WorldModel
 
         if read_only:
             config = read_config(logdir)
@@ -124,7 +122,7 @@ class Agent:
         self.model = WorldModel(c, obs_shape, action_size, strategy=self.strategy)
         self.value = None
         if c.value.enabled:
-            from bayes_planet.value import ValueModel
+            from bayes_planet.agent.value import ValueModel
 
             tf.keras.utils.set_random_seed(seeds.int_seed(c.seed, "value_weights"))
             spec = env.action_spec()

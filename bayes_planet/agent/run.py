@@ -19,8 +19,8 @@ config, types, ranges, the task and the model's fit to the environment, before i
 
 * an exclusive lock: a second writer on the same logdir gets `RunLockedError` and writes nothing;
 * the config is written atomically, or compared with the one on disk (a different one is refused;
-  a ``config.yaml`` of an older layout is migrated when read, `bayes_planet.config.read`), except
-  that `bayes_planet.config.EXTENDABLE_KEYS` (``train.episodes``) may change: the run is
+  a ``config.yaml`` of an older layout is migrated when read, `bayes_planet.agent.config.read`), except
+  that `bayes_planet.agent.config.EXTENDABLE_KEYS` (``train.episodes``) may change: the run is
   extended (or ends sooner, never before the episodes collected) and its config rewritten;
 * left-over temporary files of killed writers are deleted;
 * work that was not committed is discarded (`discard_uncommitted`): an episode is committed when
@@ -37,7 +37,7 @@ config, types, ranges, the task and the model's fit to the environment, before i
 
 Every user error is a one-line `RunError` naming the key or path and the received value.
 Readers never write into the run directory (no lock file, no TensorBoard writer, no cleanup).
-Crash points for the tests: `bayes_planet.faults`.
+Crash points for the tests: `bayes_planet.agent.faults`.
 """
 
 import fcntl
@@ -52,10 +52,10 @@ import sys
 
 import numpy as np
 
-from bayes_planet import config as config_lib
 from bayes_planet import run_dirs, yaml_config
-from bayes_planet.faults import fault_armed, fault_point
-from bayes_planet.replay import episode_files, fsync_path
+from bayes_planet.agent import config as config_lib
+from bayes_planet.agent.faults import fault_armed, fault_point
+from bayes_planet.agent.replay import episode_files, fsync_path
 
 __all__ = [
     "NonFiniteError",
@@ -79,7 +79,7 @@ def branch(parent, logdir, config):
     branch checkpoint (`branch_checkpoint`: its newest committed, readable one; the episodes
     and metrics rows up to it; the parent may still be training) whose training goes on with
     ``config``, which may differ from the parent's except in
-    `bayes_planet.config.BRANCH_FIXED_KEYS` (its data and its model's variables). The A/B of a
+    `bayes_planet.agent.config.BRANCH_FIXED_KEYS` (its data and its model's variables). The A/B of a
     change from one trained state: branch twice, train both on.
 
     The copy is assembled in a temporary folder beside ``logdir`` and renamed into place, so
@@ -301,7 +301,7 @@ def check_logdir(logdir, name="logdir"):
 
 def read_config(logdir):
     """The config of the run in ``logdir`` (``config.yaml``, migrated and validated by
-    `bayes_planet.config.read`); one-line `RunError` if there is no readable run."""
+    `bayes_planet.agent.config.read`); one-line `RunError` if there is no readable run."""
     logdir = pathlib.Path(logdir)
     path = logdir / "config.yaml"
     if not logdir.is_dir():

@@ -43,10 +43,10 @@ import tensorflow as tf
 
 from bayes_planet import distribute
 from bayes_planet._keras import keras
+from bayes_planet.agent.networks import MLP, ConvDecoder, ConvEncoder
+from bayes_planet.agent.rssm import RSSM
 from bayes_planet.layers import Normal
 from bayes_planet.layers.base import per_example
-from bayes_planet.networks import MLP, ConvDecoder, ConvEncoder
-from bayes_planet.rssm import RSSM
 
 __all__ = ["WorldModel", "as_batch", "preprocess_image"]
 
@@ -72,7 +72,7 @@ class WorldModel(tf.Module):
     and applied identically on every replica. The returned metrics are global.
 
     Args:
-      config: the merged `bayes_planet.config.Config` (uses ``model``, ``loss``, ``train``).
+      config: the merged `bayes_planet.agent.config.Config` (uses ``model``, ``loss``, ``train``).
       obs_shape: observation shape (``(64, 64, 3)`` pixels or ``(D,)`` state).
       action_size: action dimension.
       strategy: optional `tf.distribute.Strategy`.
@@ -220,7 +220,7 @@ class WorldModel(tf.Module):
         With ``return_posterior`` (one device only) returns ``(metrics, posterior)``: the
         batch's posterior states ``[B, T, size]`` (``[E·B, ...]``, member blocks, with an
         ensemble transition, `RSSM.tile_members`) as the step computed them (before its
-        update, no gradient), for a learner that starts from them (`bayes_planet.value`).
+        update, no gradient), for a learner that starts from them (`bayes_planet.agent.value`).
         """
         if return_posterior:
             if self.strategy.num_replicas_in_sync > 1:

@@ -1,4 +1,4 @@
-"""The agent's configuration: ``bayes_planet/configs.yaml``, its ranges and older layouts.
+"""The agent's configuration: ``bayes_planet/agent/configs.yaml``, its ranges and older layouts.
 
 ``load(presets=('cpu',), overrides=('train.batch_size=8',))`` merges the agent's defaults ←
 each preset in order ← each override (`bayes_planet.yaml_config`, which checks keys and
@@ -7,8 +7,6 @@ ranges, choices and combinations; `read` reads a run's ``config.yaml``, migratin
 layout (`upgrade`). Experiment scripts load their own YAML with `bayes_planet.yaml_config`
 directly (no agent extra needed).
 """
-
-import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
 
 import copy
 import math
@@ -71,7 +69,7 @@ _OLD_RANK1_FACTORS = ("trainable_rank1_normal", "rank1_normal_kl_divergence")
 #: how the agent plans, not what it learned.
 PLANNING_KEYS = ("planner", "value.policy_proposals", "eval.optimism")
 
-#: The keys a trainer may reopen a run with other values of (`bayes_planet.run.Run`): how long
+#: The keys a trainer may reopen a run with other values of (`bayes_planet.agent.run.Run`): how long
 #: it trains, which nothing before its end depends on, so a run of 50 episodes extended to 100
 #: equals a run of 100 (the run tests check it).
 EXTENDABLE_KEYS = ("train.episodes",)
@@ -225,7 +223,7 @@ def upgrade(data):
     return data
 
 
-# -- ranges of the agent's config (bayes_planet/configs.yaml) ----------------------------------
+# -- ranges of the agent's config (bayes_planet/agent/configs.yaml) ----------------------------------
 _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.ensemble_size",
                  "model.cnn_depth",
                  "model.mlp_units", "model.mlp_layers", "model.reward_layers",
@@ -254,7 +252,7 @@ _FINITE_FLOAT = ("planner.beta",)
 #: Transition estimators without weight noise: two weight samples are the same weights.
 NO_WEIGHT_NOISE = (layer_registry.DETERMINISTIC, "batch_ensemble")
 #: ``planner.latent``: how the planner's candidate rollouts draw their latent samples
-#: (`bayes_planet.policy`).
+#: (`bayes_planet.agent.policy`).
 PLANNER_LATENT = ("sample", "shared", "mean")
 _CHOICES = {
     "obs_type": ("state", "pixels"),

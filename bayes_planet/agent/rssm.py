@@ -112,8 +112,8 @@ class RSSM(keras.layers.Layer):
     """PlaNet's RSSM; see the module docstring.
 
     Args:
-      model: the ``model`` config section (`bayes_planet.config`; a `Config` or a mapping
-        with its keys; ``bayes_planet/configs.yaml`` documents the defaults). The RSSM reads:
+      model: the ``model`` config section (`bayes_planet.agent.config`; a `Config` or a mapping
+        with its keys; ``bayes_planet/agent/configs.yaml`` documents the defaults). The RSSM reads:
         ``deter`` (GRU state size, PlaNet 200), ``stoch`` (Gaussian latent size, 30),
         ``hidden`` (units of the transition/prior/posterior networks, 200), ``min_stddev``
         (added to the latent standard deviations, 0.1), ``estimator`` (the transition

@@ -45,8 +45,6 @@ Writes ``probe.json`` and ``probe_velocity.png`` (true vs predicted velocities o
 episode) into ``<logdir>/probe/`` (or ``out``).
 """
 
-import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
-
 import contextlib
 import json
 import pathlib
@@ -372,9 +370,9 @@ def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="r
       seed: the probe's own seed (not the run's): its episodes, latent noise, shared weight
         sample and MLP come from named streams of it (`bayes_planet.seeds`).
     """
-    from bayes_planet.agent import Agent
+    from bayes_planet.agent.agent import Agent
+    from bayes_planet.agent.run import check_logdir
     from bayes_planet.layers import posterior_mean
-    from bayes_planet.run import check_logdir
     from bayes_planet.run_dirs import check_output_dir
 
     logdir = check_logdir(logdir)

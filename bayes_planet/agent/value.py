@@ -46,7 +46,7 @@ policy. `ValueModel` learns both in the RSSM's latent space, Dreamer-style (Hafn
   proposals carry the optimism beyond the planning horizon (``planner.novelty`` adds it to
   the candidates' horizon only).
 
-The planner's objective then becomes (`bayes_planet.policy.imagined_returns`)::
+The planner's objective then becomes (`bayes_planet.agent.policy.imagined_returns`)::
 
     score = Σ_{t=1..H} γ^{t-1} r_t + γ^H V(s_H)
 
@@ -60,8 +60,8 @@ import math
 import tensorflow as tf
 
 from bayes_planet._keras import keras
+from bayes_planet.agent.networks import MLP
 from bayes_planet.layers import fixed_noise
-from bayes_planet.networks import MLP
 
 __all__ = ["ValueModel", "lambda_returns"]
 
@@ -93,7 +93,7 @@ class ValueModel(tf.Module):
 
     Args:
       config: the merged agent config (reads ``value``).
-      world_model: the `bayes_planet.world_model.WorldModel` whose latent space it lives in.
+      world_model: the `bayes_planet.agent.world_model.WorldModel` whose latent space it lives in.
       action_low, action_high: the action bounds (``[A]`` arrays).
     """
 

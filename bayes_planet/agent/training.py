@@ -1,7 +1,7 @@
 """The agent loop: seed episodes, then {train, collect with the planner, evaluate}.
 
 The agent is `bayes_planet.agent.Agent` (environments, replay, world model, policies) over a
-run directory, `bayes_planet.run.Run` (lock, atomic config, checkpoints, metrics; see its
+run directory, `bayes_planet.agent.run.Run` (lock, atomic config, checkpoints, metrics; see its
 docstring for the layout and guarantees). A killed run resumes by rerunning the same command
 and ends exactly as an uninterrupted one:
 
@@ -17,11 +17,9 @@ and ends exactly as an uninterrupted one:
 
 An update with a non-finite loss or gradient is skipped (weights unchanged), counted
 (``nonfinite_steps`` in metrics) and after ``train.max_nonfinite_steps`` in a row the run stops
-with `bayes_planet.run.NonFiniteError` (with several replicas the step applies zero gradients
+with `bayes_planet.agent.run.NonFiniteError` (with several replicas the step applies zero gradients
 instead of none; see `WorldModel`).
 """
-
-import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
 
 import os
 import pathlib
@@ -31,11 +29,11 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet import envs, seeds
-from bayes_planet.agent import Agent
-from bayes_planet.faults import fault_point
-from bayes_planet.policy import exploration_noise
-from bayes_planet.run import NonFiniteError, read_metrics
-from bayes_planet.world_model import as_batch
+from bayes_planet.agent.agent import Agent
+from bayes_planet.agent.faults import fault_point
+from bayes_planet.agent.policy import exploration_noise
+from bayes_planet.agent.run import NonFiniteError, read_metrics
+from bayes_planet.agent.world_model import as_batch
 
 __all__ = ["Trainer", "learning_curve_figure", "plot_learning_curve", "target_updates"]
 
@@ -45,7 +43,7 @@ def target_updates(episode_index, train, branch_point=None):
     has run: ``train.updates_per_episode`` before each episode from ``train.seed_episodes`` on.
 
     A branch (``branch_point``: the episode ``b`` it branched at and its parent's update count
-    ``u`` there, `bayes_planet.run.Run.branch_point`) starts from ``u`` and adds its own
+    ``u`` there, `bayes_planet.agent.run.Run.branch_point`) starts from ``u`` and adds its own
     ``updates_per_episode`` from episode ``b`` on, so a branch that changes the rate does not
     redo the parent's episodes at its own. Episodes before ``b`` are trained again only if its
     copied checkpoint was lost: then the parent's ``u`` is spread evenly over them (exactly

@@ -1,19 +1,17 @@
 """Episode collection: seeded policies and environment resets from named streams.
 
 A `Collector` holds the two environments of a run (training and evaluation), their TF-Agents
-faces and the planner policies (`bayes_planet.policy.PlannerPolicy`: ``collect`` with
+faces and the planner policies (`bayes_planet.agent.policy.PlannerPolicy`: ``collect`` with
 exploration noise, ``eval`` without). Every episode is reproducible from the run's seed: the
 policy is reseeded from the stream ``<kind>_policy(w, *indices)`` (the random policy of seed
 episodes from ``random_policy(w, *indices)``) and the environment from the stream named by the
 caller (``env_reset``, ``eval_env_reset``, ...; see `bayes_planet.seeds`), ``w`` being the worker.
-Episodes come out in the replay layout (`bayes_planet.replay.EpisodeRecorder`).
+Episodes come out in the replay layout (`bayes_planet.agent.replay.EpisodeRecorder`).
 """
 
-import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
-
 from bayes_planet import seeds
-from bayes_planet.faults import fault_point
-from bayes_planet.replay import EpisodeRecorder
+from bayes_planet.agent.faults import fault_point
+from bayes_planet.agent.replay import EpisodeRecorder
 
 __all__ = ["Collector"]
 
@@ -42,8 +40,8 @@ class Collector:
                  proposals=0, *, eval_optimism):
         from tf_agents.environments import tf_py_environment
 
+        from bayes_planet.agent.policy import PlannerPolicy
         from bayes_planet.envs.tf_agents_env import TFAgentsEnv
-        from bayes_planet.policy import PlannerPolicy
 
         self.seed, self.worker = seed, worker
         self.env, self.eval_env = env, eval_env
@@ -92,7 +90,7 @@ class Collector:
           indices: the stream's indices (e.g. the episode number).
           evaluation: use the evaluation environment.
           render: also return rendered frames.
-          fault: a `bayes_planet.faults.fault_point` name reached after every step.
+          fault: a `bayes_planet.agent.faults.fault_point` name reached after every step.
         Returns:
           ``(episode, frames)``: the replay episode dict and a list of frames.
         """
