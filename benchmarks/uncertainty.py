@@ -25,7 +25,7 @@ random-feature GP output; classification). All train by the plain Keras workflow
 for ``steps`` Adam steps.
 
 Reported per task and model, mean ± std over seeds: accuracy, NLL, ECE
-(`bayes_planet.uncertainty_metrics`), mean predictive entropy and mutual information for
+(`bayes_planet.uncertainty.metrics`), mean predictive entropy and mutual information for
 classification; RMSE, NLL, coverage of the central ``interval`` predictive interval and
 the epistemic/aleatoric stds for regression (Gaussian head, softplus scale; predictive =
 the uniform mixture over weight samples or ensemble members, in the target's units);
@@ -49,9 +49,9 @@ import warnings
 
 import numpy as np
 
-from bayes_planet import recalibration, yaml_config
-from bayes_planet import uncertainty_metrics as metrics
+from bayes_planet import yaml_config
 from bayes_planet.run_dirs import make_output_dir
+from bayes_planet.uncertainty import metrics, recalibration
 from benchmarks import uncertainty_models
 
 CONFIG_PATH = pathlib.Path(__file__).with_suffix(".yaml")

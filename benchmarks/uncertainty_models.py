@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from bayes_planet import layer_registry
-from bayes_planet import uncertainty_metrics as metrics
+from bayes_planet.uncertainty import metrics
 
 TWIN = layer_registry.DETERMINISTIC
 #: Models trained as the twin is (no Bayesian layer), the transformer's dropout twin too.

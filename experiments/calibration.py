@@ -42,8 +42,8 @@ import numpy as np
 from bayes_planet import layer_registry  # noqa: E402
 from bayes_planet import yaml_config as _config  # noqa: E402
 
-# The metrics live in bayes_planet.uncertainty_metrics (re-exported here for the tests).
-from bayes_planet.uncertainty_metrics import (  # noqa: E402, F401
+# The metrics live in bayes_planet.uncertainty.metrics (re-exported here for the tests).
+from bayes_planet.uncertainty.metrics import (  # noqa: E402, F401
     auroc,
     entropy,
     expected_calibration_error,

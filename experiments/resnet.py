@@ -8,7 +8,7 @@ Everything else (batch norm, shortcuts, pooling, the dense head) is unchanged. T
 script trains both versions, with the same seed, on scikit-learn's offline 8x8 digits
 (1,797 images, 10 classes; the only offline image classification set here) and
 reports accuracy, negative log-likelihood and expected calibration error on the held-out
-split (`bayes_planet.uncertainty_metrics.classification_metrics`; the Bayesian ResNet's predictive
+split (`bayes_planet.uncertainty.metrics.classification_metrics`; the Bayesian ResNet's predictive
 is the mean of ``eval_samples`` Monte Carlo weight samples)::
 
     python experiments/resnet.py --preset resnet --out runs/resnet
@@ -83,9 +83,9 @@ def _predictive_samples(model, x, samples):
 def run_resnet(cfg, seed, out_dir):
     """Trains the deterministic and the Bayesian ResNet; held-out accuracy, NLL, ECE."""
     del out_dir
-    from bayes_planet.demo import load_digits_split
     from bayes_planet.layers import keras, set_dataset_size
-    from bayes_planet.uncertainty_metrics import classification_metrics
+    from bayes_planet.layers.demo import load_digits_split
+    from bayes_planet.uncertainty.metrics import classification_metrics
 
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed, cfg["test_fraction"])
     results = {"num_train": len(x_train), "num_test": len(x_test)}

@@ -19,8 +19,8 @@ from bayes_planet.layers.attention import (
     MultiHeadAttentionReparameterization,
 )
 from bayes_planet.layers.initializers import TrainableNormal
+from bayes_planet.layers.testing import SelfAttention, run_layer_test, submodules
 from bayes_planet.layers.transformer import PositionEmbedding, TransformerBlock, build_transformer
-from bayes_planet.testing import SelfAttention, run_layer_test, submodules
 
 MHAS = [layer_registry.get("multi_head_attention", e)  # every registered one
         for e in layer_registry.estimators("multi_head_attention")[1:]]

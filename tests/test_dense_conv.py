@@ -7,7 +7,7 @@ import tensorflow as tf
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.testing import run_layer_test, save_saved_model
+from bayes_planet.layers.testing import run_layer_test, save_saved_model
 
 
 def _registered(family, sampling_only=False):
@@ -281,7 +281,7 @@ def test_shared_initializer_instance_is_rejected():
 
 def test_drop_in_cnn_trains_on_digits_with_model_fit():
     """Paper Fig. 4: the same Sequential CNN with Conv2D or Conv2DFlipout trains via fit."""
-    from bayes_planet.demo import build_cnn, load_digits_split
+    from bayes_planet.layers.demo import build_cnn, load_digits_split
 
     (x_train, y_train), (x_test, y_test) = load_digits_split(seed=0)
     accuracies = {}

@@ -19,7 +19,7 @@ from _keras_files import edited_keras_file  # tests/_keras_files.py
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
-from bayes_planet.testing import global_policy, normal_array, run_layer_test
+from bayes_planet.layers.testing import global_policy, normal_array, run_layer_test
 
 tfd = tfp.distributions
 E = 3

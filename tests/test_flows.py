@@ -16,7 +16,7 @@ from bayes_planet._keras import KERAS3, keras
 from bayes_planet.layers.flows import MADE, ActNorm, Permutation, RealNVP, Reverse
 from bayes_planet.layers.random_variable import RandomVariable
 from bayes_planet.layers.revnet import RevNetBlock, RevNetSequence
-from bayes_planet.testing import run_layer_test
+from bayes_planet.layers.testing import run_layer_test
 
 tfd = tfp.distributions
 

@@ -22,7 +22,7 @@ from bayes_planet.layers.gaussian_process import (
 )
 from bayes_planet.layers.point_process import PoissonProcess
 from bayes_planet.layers.random_features import RandomFourierFeatures
-from bayes_planet.testing import run_layer_test
+from bayes_planet.layers.testing import run_layer_test
 
 tfd = tfp.distributions
 

@@ -20,7 +20,7 @@ import tensorflow as tf
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
 from bayes_planet.layers import initializers
-from bayes_planet.testing import check_distinct_initial_weights, submodules
+from bayes_planet.layers.testing import check_distinct_initial_weights, submodules
 
 SEEDED = {
     "keras": lambda: keras.initializers.GlorotUniform(seed=7),

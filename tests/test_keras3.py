@@ -14,7 +14,7 @@ import tensorflow as tf
 import bayes_planet.layers as bl
 from bayes_planet._keras import KERAS3, TF_VERSION, keras
 from bayes_planet.layers._compat import NOT_PORTED, NotPortedError, keras2_only
-from bayes_planet.testing import assert_reloads_in_a_fresh_process, run_python
+from bayes_planet.layers.testing import assert_reloads_in_a_fresh_process, run_python
 
 keras3_only = pytest.mark.skipif(
     not KERAS3, reason=f"needs Keras 3 (TF >= 2.16 without TF_USE_LEGACY_KERAS); this process "

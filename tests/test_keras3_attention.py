@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import KERAS3, keras
-from bayes_planet.testing import assert_reloads_in_a_fresh_process, submodules
+from bayes_planet.layers.testing import assert_reloads_in_a_fresh_process, submodules
 
 pytestmark = pytest.mark.skipif(
     not KERAS3, reason=f"needs Keras 3 (TF >= 2.16 without TF_USE_LEGACY_KERAS); this process "

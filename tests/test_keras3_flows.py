@@ -15,7 +15,7 @@ import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import KERAS3, keras
-from bayes_planet.testing import run_python
+from bayes_planet.layers.testing import run_python
 
 pytestmark = pytest.mark.skipif(
     not KERAS3, reason=f"needs Keras 3 (TF >= 2.16 without TF_USE_LEGACY_KERAS); this process "

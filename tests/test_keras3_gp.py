@@ -14,7 +14,7 @@ import tensorflow as tf
 import bayes_planet.layers as bl
 from bayes_planet._keras import KERAS3, keras
 from bayes_planet.layers.sngp import MEAN_FIELD_FACTOR
-from bayes_planet.testing import assert_reloads_in_a_fresh_process, mean_prediction
+from bayes_planet.layers.testing import assert_reloads_in_a_fresh_process, mean_prediction
 
 pytestmark = pytest.mark.skipif(
     not KERAS3, reason=f"needs Keras 3 (TF >= 2.16 without TF_USE_LEGACY_KERAS); this process "

@@ -19,7 +19,7 @@ from bayes_planet._keras import keras
 from bayes_planet.layers import estimators, fixed_noise, initializers
 from bayes_planet.layers.base import moments, sample_weight, split_seed
 from bayes_planet.layers.noise import standard_normal
-from bayes_planet.testing import run_layer_test
+from bayes_planet.layers.testing import run_layer_test
 
 tfd = tfp.distributions
 

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.testing import weight_losses
+from bayes_planet.layers.testing import weight_losses
 
 POLICIES = ["mixed_float16", "mixed_bfloat16"]
 CASES = cases_lib.case_names()

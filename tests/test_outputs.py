@@ -21,8 +21,8 @@ from bayes_planet.layers.outputs import (
     negative_log_likelihood,
 )
 from bayes_planet.layers.random_variable import RandomVariable
+from bayes_planet.layers.testing import run_layer_test
 from bayes_planet.layers.vq import VectorQuantizer, codebook_usage
-from bayes_planet.testing import run_layer_test
 
 tfd = tfp.distributions
 

@@ -17,10 +17,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 AGENT_STACK = AGENT_MODULES + ("dm_env", "pygame", "gym", "imageio_ffmpeg")
 # The layer library and the modules beside it (all but bayes_planet.agent, bayes_planet.envs and
 # the YAML loaders of the scripts).
-LIBRARY_MODULES = ("bayes_planet", "bayes_planet.layers", "bayes_planet.uncertainty_metrics",
-                   "bayes_planet.recalibration", "bayes_planet.export", "bayes_planet.testing",
-                   "bayes_planet.planners", "bayes_planet.distribute", "bayes_planet.layer_registry",
-                   "bayes_planet.seeds", "bayes_planet.run_dirs")
+LIBRARY_MODULES = ("bayes_planet", "bayes_planet.layers", "bayes_planet.layers.testing",
+                   "bayes_planet.layers.demo", "bayes_planet.uncertainty",
+                   "bayes_planet.uncertainty.metrics", "bayes_planet.uncertainty.recalibration",
+                   "bayes_planet.export", "bayes_planet.planners", "bayes_planet.distribute",
+                   "bayes_planet.layer_registry", "bayes_planet.seeds", "bayes_planet.run_dirs")
 
 
 def _python(code, hide=()):

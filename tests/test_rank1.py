@@ -23,7 +23,7 @@ from bayes_planet.layers.ensemble import (
     TrainableRandomSignCauchy,
     factor_arguments,
 )
-from bayes_planet.testing import (
+from bayes_planet.layers.testing import (
     check_batch_checked_at_run_time,
     check_mixed_precision_fit,
     factor_means,

@@ -17,7 +17,7 @@ import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.layers.ensemble import Rank1CauchyKLDivergence, TrainableRandomSignCauchy
-from bayes_planet.testing import (
+from bayes_planet.layers.testing import (
     SelfAttention,
     check_batch_checked_at_run_time,
     check_gradients,

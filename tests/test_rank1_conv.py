@@ -16,7 +16,7 @@ import tensorflow as tf
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.testing import (
+from bayes_planet.layers.testing import (
     check_batch_checked_at_run_time,
     check_mixed_precision_fit,
     factor_means,

@@ -17,7 +17,7 @@ from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.layers.base import split_seed
 from bayes_planet.layers.ensemble import sample_factor
-from bayes_planet.testing import (
+from bayes_planet.layers.testing import (
     CellRNN,
     check_batch_checked_at_run_time,
     check_gradients,

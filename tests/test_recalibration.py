@@ -1,12 +1,12 @@
-"""bayes_planet/recalibration.py: temperature and std scaling against closed forms and
+"""bayes_planet/uncertainty/recalibration.py: temperature and std scaling against closed forms and
 Monte Carlo with stated tolerances (fixed seeds)."""
 
 import numpy as np
 import pytest
 from scipy import optimize
 
-from bayes_planet import recalibration as rc
-from bayes_planet import uncertainty_metrics as um
+from bayes_planet.uncertainty import metrics as um
+from bayes_planet.uncertainty import recalibration as rc
 
 
 def _softmax(logits):

@@ -19,7 +19,7 @@ from bayes_planet.layers.recurrent import (
     LSTMCellFlipout,
     LSTMCellReparameterization,
 )
-from bayes_planet.testing import CellRNN, run_layer_test
+from bayes_planet.layers.testing import CellRNN, run_layer_test
 
 # Every registered cell gets the contract; ESTIMATOR: cell class -> its estimator function.
 ESTIMATOR = {layer_registry.get(family, name): getattr(estimators, name)

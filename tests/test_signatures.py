@@ -19,7 +19,7 @@ import tensorflow as tf
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
-from bayes_planet.testing import not_ported_family
+from bayes_planet.layers.testing import not_ported_family
 
 # Bayesian layer -> (Keras twin, input shape for a call).
 TWINS = {

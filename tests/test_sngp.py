@@ -17,7 +17,7 @@ from scipy.special import expit
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
-from bayes_planet.testing import run_layer_test
+from bayes_planet.layers.testing import run_layer_test
 
 
 def _data(*shape, seed=0, dtype="float32"):

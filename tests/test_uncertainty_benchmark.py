@@ -11,9 +11,10 @@ import pytest
 import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
-from bayes_planet import layer_registry, uncertainty_metrics
+from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.layers import regularizers
+from bayes_planet.uncertainty import metrics as uncertainty_metrics
 from bayes_planet.yaml_config import ConfigError
 from benchmarks import uncertainty, uncertainty_models
 

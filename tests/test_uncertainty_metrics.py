@@ -1,11 +1,11 @@
-"""bayes_planet.uncertainty_metrics against hand-computed values, scikit-learn and closed forms."""
+"""bayes_planet.uncertainty.metrics against hand-computed values, scikit-learn and closed forms."""
 
 import math
 
 import numpy as np
 import pytest
 
-from bayes_planet import uncertainty_metrics as metrics
+from bayes_planet.uncertainty import metrics
 
 
 def test_auroc_matches_scikit_learn_with_ties():

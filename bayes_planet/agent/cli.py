@@ -26,7 +26,7 @@ __all__ = ["main"]
 
 def _demo(args):
     _startup.quiet_import("tensorflow")
-    from bayes_planet import demo
+    from bayes_planet.layers import demo
 
     demo.main(epochs=args.epochs, samples=args.samples, seed=args.seed)
 

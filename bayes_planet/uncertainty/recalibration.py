@@ -18,7 +18,7 @@ set the model did not train on fixes the spread without moving the point predict
   every predictive quantile's distance from it is multiplied by ``s``.
 
 Both scalars minimize the validation NLL (a 1-D search over log-spaced values, then a
-golden-section refinement). Shapes follow `bayes_planet.uncertainty_metrics`: ``[S, N, C]``
+golden-section refinement). Shapes follow `bayes_planet.uncertainty.metrics`: ``[S, N, C]``
 logits (pooled by `predictive_log_probs` to ``[N, C]``), ``[S, N]`` means and scales.
 
 Example::
@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from bayes_planet.uncertainty_metrics import mixture_log_prob
+from bayes_planet.uncertainty.metrics import mixture_log_prob
 
 __all__ = ["apply_std_scale", "apply_temperature", "fit_std_scale", "fit_temperature",
            "log_softmax", "predictive_log_probs"]

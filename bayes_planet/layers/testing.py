@@ -387,7 +387,7 @@ def check_batch_checked_at_run_time(layer, shape, ensemble_size):
 # Fresh-process reloads (moved here from tests/test_keras3.py; shared by the Keras 3 tests).
 
 #: Where a fresh interpreter imports this same ``bayes_planet`` from (a source checkout's root).
-_IMPORT_ROOT = pathlib.Path(__file__).resolve().parents[1]
+_IMPORT_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def run_python(code, env=None):
@@ -416,7 +416,7 @@ _LOAD_AND_PREDICT = """
     import numpy as np
     import bayes_planet.layers  # registers the layers
     from bayes_planet._keras import KERAS3, keras
-    from bayes_planet.testing import mean_prediction
+    from bayes_planet.layers.testing import mean_prediction
     directory = {directory!r}
     model = keras.models.load_model(os.path.join(directory, "model.keras"))
     x = np.load(os.path.join(directory, "x.npy"))
