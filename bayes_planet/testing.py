@@ -1,0 +1,5 @@
+"""Deprecated: `bayes_planet.testing` moved to `bayes_planet.layers.testing` (this path goes in the next release)."""
+
+from bayes_planet._deprecation import alias
+
+alias(__name__, "bayes_planet.layers.testing")
