@@ -22,7 +22,7 @@ Noise and replicas: a Bayesian layer's weight noise comes from its seed and its
 checkpointed counter, which every replica holds and advances in lockstep, so every
 replica draws the *same* weight sample — the single-device sample. Per-example noise
 (Flipout signs, local-reparameterization and latent noise, dequantization) is drawn for
-the global batch and sliced to the replica's rows (`layers.base.per_example`), so each
+the global batch and sliced to the replica's rows (`layers.noise.per_example`), so each
 example gets its single-device noise and a data-parallel step equals the single-device
 step.
 """

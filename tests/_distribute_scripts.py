@@ -15,7 +15,7 @@ Layer cases (`CASES`) build a small Keras model around one layer family member; 
 global batch. ``mode`` says why that holds: ``exact`` — weight noise only (every replica
 draws the single-device weight sample) or no noise; ``per_example`` — per-example noise
 (Flipout signs, local reparameterization), which each replica slices from the global
-batch's draw (`bayes_planet.layers.base.per_example`), i.e. the single-device noise of
+batch's draw (`bayes_planet.layers.noise.per_example`), i.e. the single-device noise of
 its rows.
 """
 

@@ -16,9 +16,9 @@ import tensorflow_probability as tfp
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.layers import estimators, fixed_noise, initializers
-from bayes_planet.layers.base import moments, sample_weight, split_seed
-from bayes_planet.layers.noise import standard_normal
+from bayes_planet.layers import fixed_noise, initializers, noise
+from bayes_planet.layers.base import moments, sample_weight
+from bayes_planet.layers.noise import split_seed, standard_normal
 from bayes_planet.layers.testing import run_layer_test
 
 tfd = tfp.distributions
@@ -225,7 +225,7 @@ def _reference(estimator, op, x, loc, scale, seed, channel_axis=-1):
     def signs(t, s):
         dims = [tf.shape(t)[0]] + [1] * (rank - 1)
         dims[channel_axis % rank] = tf.shape(t)[channel_axis % rank]
-        return estimators.random_signs(tf.stack(dims), s, t.dtype)
+        return noise.random_signs(tf.stack(dims), s, t.dtype)
 
     return mean + op(x * signs(x, in_seed), delta) * signs(mean, out_seed)
 

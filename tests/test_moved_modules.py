@@ -2,36 +2,11 @@
 
 import ast
 import importlib
-import pathlib
 import subprocess
 import sys
 
 import pytest
-
-PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "bayes_planet"
-
-
-def alias_target(path):
-    """The new path of the alias module at ``path`` (its body: a docstring, the import of
-    `bayes_planet._deprecation.alias` and ``alias(__name__, "<new path>")``), or None."""
-    body = ast.parse(path.read_text()).body
-    if len(body) != 3 or not isinstance(body[0], ast.Expr):
-        return None
-    imported, call = body[1], body[2]
-    if not (isinstance(imported, ast.ImportFrom) and imported.module == "bayes_planet._deprecation"
-            and isinstance(call, ast.Expr) and isinstance(call.value, ast.Call)
-            and getattr(call.value.func, "id", None) == "alias"):
-        return None
-    return call.value.args[1].value
-
-
-def module_name(path):
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-ALIASES = {module_name(p): t for p in sorted(PACKAGE.rglob("*.py"))
-           if (t := alias_target(p)) is not None}
+from _package import ALIASES, PACKAGE  # tests/_package.py
 
 
 def test_the_moved_modules_have_aliases():
@@ -81,3 +56,18 @@ def test_python_m_an_old_path_runs_the_moved_module():
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.startswith("usage: bayes-planet")
     assert "bayes_planet.cli moved to bayes_planet.agent.cli" in result.stderr
+
+
+@pytest.mark.parametrize("old, name", [
+    ("bayes_planet.layers.base", "multi_replica_context"), ("bayes_planet.layers.base", "per_example"),
+    ("bayes_planet.layers.base", "per_example_sample"), ("bayes_planet.layers.base", "split_seed"),
+    ("bayes_planet.layers.base", "standard_normal"), ("bayes_planet.layers.estimators", "rademacher"),
+    ("bayes_planet.layers.estimators", "random_signs")])
+def test_a_function_moved_to_noise_warns_at_its_old_module(old, name):
+    from bayes_planet.layers import noise
+
+    module = importlib.import_module(old)
+    with pytest.warns(DeprecationWarning, match=f"{old}.{name} moved to bayes_planet.layers.noise"):
+        assert getattr(module, name) is getattr(noise, name)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        module.no_such_name  # noqa: B018

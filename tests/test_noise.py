@@ -5,8 +5,7 @@ import pytest
 import tensorflow as tf
 from scipy import stats
 
-from bayes_planet.layers.estimators import rademacher, random_signs
-from bayes_planet.layers.noise import MAX_ABS, standard_normal
+from bayes_planet.layers.noise import MAX_ABS, rademacher, random_signs, standard_normal
 
 N = 2**20  # tolerances below are 5 standard errors at this sample size
 

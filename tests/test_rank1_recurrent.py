@@ -15,8 +15,8 @@ import tensorflow_probability as tfp
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.layers.base import split_seed
 from bayes_planet.layers.ensemble import sample_factor
+from bayes_planet.layers.noise import split_seed
 from bayes_planet.layers.testing import (
     CellRNN,
     check_batch_checked_at_run_time,

@@ -12,7 +12,7 @@ import tensorflow as tf
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.layers import estimators
-from bayes_planet.layers.base import split_seed
+from bayes_planet.layers.noise import split_seed
 from bayes_planet.layers.recurrent import (
     GRUCellFlipout,
     GRUCellReparameterization,

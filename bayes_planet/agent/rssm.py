@@ -48,8 +48,9 @@ from bayes_planet.layers import (
     ScaleMixtureKLDivergence,
     fixed_noise,
 )
-from bayes_planet.layers.base import BayesianLayer, per_example
+from bayes_planet.layers.base import BayesianLayer
 from bayes_planet.layers.ensemble import FACTOR_NAMES, factor_arguments, member_rows
+from bayes_planet.layers.noise import per_example
 
 tfd = tfp.distributions
 

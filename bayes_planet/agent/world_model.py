@@ -46,7 +46,7 @@ from bayes_planet._keras import keras
 from bayes_planet.agent.networks import MLP, ConvDecoder, ConvEncoder
 from bayes_planet.agent.rssm import RSSM
 from bayes_planet.layers import Normal
-from bayes_planet.layers.base import per_example
+from bayes_planet.layers.noise import per_example
 
 __all__ = ["WorldModel", "as_batch", "preprocess_image"]
 

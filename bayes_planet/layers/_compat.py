@@ -21,6 +21,7 @@ import threading
 import weakref
 
 from bayes_planet._keras import KERAS3, keras, tf
+from bayes_planet.layers.noise import multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
 
 __all__ = [
@@ -729,8 +730,6 @@ class ReplicaLocalLosses:
 
     if KERAS3:
         def add_loss(self, loss):
-            from bayes_planet.layers.base import multi_replica_context  # base imports this module
-
             # Not in a Keras stateless scope, whose losses are already kept per thread.
             if multi_replica_context() is not None and variables_writable():
                 _replica_losses(self).extend(tf.nest.flatten(loss))

@@ -27,8 +27,9 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, estimators, initializers, regularizers
-from bayes_planet.layers.base import BayesianLayer, sample_weight, split_seed
+from bayes_planet.layers.base import BayesianLayer, sample_weight
 from bayes_planet.layers.initializers import DistributionInitializer
+from bayes_planet.layers.noise import split_seed
 
 __all__ = [
     "EinsumDenseFlipout",

@@ -20,10 +20,10 @@ import warnings
 
 import tensorflow as tf
 
+from bayes_planet._deprecation import moved_attributes
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
 from bayes_planet.layers.initializers import DistributionInitializer
-from bayes_planet.layers.noise import standard_normal
 
 __all__ = [
     "BayesianLayer",
@@ -32,14 +32,13 @@ __all__ = [
     "check_positive_int",
     "fixed_noise",
     "moments",
-    "multi_replica_context",
-    "per_example",
-    "per_example_sample",
     "posterior_mean",
     "sample_weight",
-    "split_seed",
-    "standard_normal",
 ]
+
+#: Moved to `bayes_planet.layers.noise`: the old names warn (for one release).
+__getattr__ = moved_attributes(__name__, "bayes_planet.layers.noise", (
+    "multi_replica_context", "per_example", "per_example_sample", "split_seed", "standard_normal"))
 
 
 def check_positive_int(name, value):
@@ -266,59 +265,3 @@ def posterior_mean(module):
     finally:
         for weight, value in zip(weights, previous, strict=True):
             object.__setattr__(weight, "_use_posterior_mean", value)
-
-
-def split_seed(seed, num):
-    """``num`` independent stateless seeds from one."""
-    return tf.unstack(tf.random.experimental.stateless_split(seed, num))
-
-
-def multi_replica_context():
-    """The replica context when running in sync with other replicas, else None."""
-    ctx = tf.distribute.get_replica_context()
-    return ctx if ctx is not None and ctx.num_replicas_in_sync > 1 else None
-
-
-def per_example(draw, shape, seed):
-    """``draw(shape, seed)`` for per-example noise (axis 0 is the batch), replica-aware.
-
-    Under a strategy with ``R > 1`` replicas in sync, each holding ``b`` rows of a
-    global batch of ``R * b``, draws the noise of the *global* batch shape and returns
-    this replica's rows ``[r * b, (r + 1) * b)``: every example gets the noise a single
-    device would give it, so a data-parallel step equals the single-device step and
-    no two replicas share noise. Costs ``R``× the (per-example, usually small) noise;
-    assumes equal shards (a ragged final batch still gets valid but not the
-    single-device draws). Outside a multi-replica context it is ``draw(shape, seed)``.
-    """
-    ctx = multi_replica_context()
-    if ctx is None:
-        return draw(shape, seed)
-    shape = tf.convert_to_tensor(shape, tf.int32)
-    rows = shape[0]
-    full = draw(tf.concat([[rows * ctx.num_replicas_in_sync], shape[1:]], 0), seed)
-    start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * rows
-    return full[start:start + rows]
-
-
-def per_example_sample(make_distribution, params, seed, distribution=None):
-    """``make_distribution(params).sample(seed=seed)``, replica-aware (axis 0: the batch).
-
-    For a distribution whose parameters ``params`` (a nest of tensors) all have the
-    batch on axis 0 and whose samples are independent per example. Under ``R > 1``
-    replicas in sync it gathers every replica's parameters (``all_gather``, which is
-    differentiable: each replica's rows get their own gradient), samples the global
-    batch's distribution with ``seed`` and returns this replica's rows, so each example
-    gets the sample a single device would draw for it and no two replicas share noise
-    (as `per_example` does for weight-layer noise). Costs ``R``× the distribution's
-    sampling. Outside a multi-replica context it is ``distribution.sample(seed=seed)``
-    (``distribution`` defaults to ``make_distribution(params)``).
-    """
-    ctx = multi_replica_context()
-    if ctx is None:
-        dist = make_distribution(params) if distribution is None else distribution
-        return dist.sample(seed=seed)
-    rows = tf.shape(tf.nest.flatten(params)[0])[0]
-    gathered = tf.nest.map_structure(lambda t: ctx.all_gather(t, axis=0), params)
-    full = make_distribution(gathered).sample(seed=seed)
-    start = tf.cast(ctx.replica_id_in_sync_group, tf.int32) * rows
-    return full[start:start + rows]

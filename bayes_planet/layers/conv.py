@@ -11,13 +11,8 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, estimators, initializers, regularizers
-from bayes_planet.layers.base import (
-    BayesianLayer,
-    check_positive_int,
-    moments,
-    sample_weight,
-    split_seed,
-)
+from bayes_planet.layers.base import BayesianLayer, check_positive_int, moments, sample_weight
+from bayes_planet.layers.noise import split_seed
 from bayes_planet.layers.regularizers import log_alpha_from_moments
 
 __all__ = [

@@ -19,10 +19,9 @@ from bayes_planet.layers.base import (
     check_dense_extras,
     check_positive_int,
     moments,
-    per_example_sample,
     sample_weight,
-    split_seed,
 )
+from bayes_planet.layers.noise import per_example_sample, split_seed
 from bayes_planet.layers.random_variable import RandomVariable
 from bayes_planet.layers.regularizers import log_alpha_from_moments
 

@@ -52,20 +52,13 @@ import tensorflow_probability as tfp
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, initializers, regularizers
 from bayes_planet.layers._registry import resolve
-from bayes_planet.layers.base import (
-    BayesianLayer,
-    check_dense_extras,
-    check_positive_int,
-    moments,
-    per_example,
-    split_seed,
-)
+from bayes_planet.layers.base import BayesianLayer, check_dense_extras, check_positive_int, moments
 from bayes_planet.layers.initializers import (
     DistributionInitializer,
     MomentsUnavailableError,
     TrainableRandomSignNormal,
 )
-from bayes_planet.layers.noise import MAX_ABS, standard_normal
+from bayes_planet.layers.noise import MAX_ABS, per_example, split_seed, standard_normal
 
 __all__ = [
     "BatchEnsemble",
@@ -437,7 +430,7 @@ def factor_posterior(layer, name, dtype):
 def draw_factor(loc, scale, rows, seed, dtype, per_member=False, noise=standard_normal):
     """A draw of rank-1 factors ``loc + scale · noise`` from ``[E, 1, dim]`` parameters
     (`factor_posterior`): ``[E, rows, dim]`` (one per example, replica-aware via
-    `base.per_example`) or, with ``per_member``, ``[E, 1, dim]``; ``loc`` itself when
+    `noise.per_example`) or, with ``per_member``, ``[E, 1, dim]``; ``loc`` itself when
     ``scale`` is None. Clipped to [-CLIP, CLIP] (edward2's bounds)."""
     if scale is None:
         return loc

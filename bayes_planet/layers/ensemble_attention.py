@@ -36,7 +36,7 @@ from bayes_planet.layers.attention import (
     BayesianMultiHeadAttention,
     flat_plan,
 )
-from bayes_planet.layers.base import check_positive_int, split_seed
+from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.ensemble import (
     ENSEMBLE_SIZE,
     RANK1_POSTERIOR,
@@ -48,6 +48,7 @@ from bayes_planet.layers.ensemble import (
     point_initializer,
     sample_factor,
 )
+from bayes_planet.layers.noise import split_seed
 
 __all__ = ["EinsumDenseRank1", "MultiHeadAttentionRank1"]
 

@@ -91,8 +91,9 @@ import tensorflow_probability as tfp
 from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
-from bayes_planet.layers.base import BayesianLayer, check_positive_int, per_example
+from bayes_planet.layers.base import BayesianLayer, check_positive_int
 from bayes_planet.layers.ensemble import member_rows
+from bayes_planet.layers.noise import per_example
 from bayes_planet.layers.random_variable import RandomVariable
 
 tfd = tfp.distributions

@@ -17,43 +17,16 @@ A layer class picks its estimator with ``_estimator = staticmethod(estimator)``;
 
 import tensorflow as tf
 
-from bayes_planet.layers.base import (
-    moments,
-    per_example,
-    sample_weight,
-    split_seed,
-    standard_normal,
-)
+from bayes_planet._deprecation import moved_attributes
+from bayes_planet.layers import noise
+from bayes_planet.layers.base import moments, sample_weight
 from bayes_planet.layers.initializers import MomentsUnavailableError
+from bayes_planet.layers.noise import per_example, split_seed, standard_normal
 
-__all__ = ["flipout", "flipout_perturbation", "local_reparameterization", "rademacher",
-           "random_signs", "reparameterization"]
+__all__ = ["flipout", "flipout_perturbation", "local_reparameterization", "reparameterization"]
 
-
-def random_signs(shape, seed, dtype):
-    """Independent uniform signs in {-1, +1} of ``shape``: 32 per random word.
-
-    Each bit of a stateless Philox word is an independent fair coin, so one 32-bit
-    draw gives 32 signs: a 32nd of the generator's work of drawing one integer per
-    sign, plus a shift-and-mask. ``shape`` may be a static list or a shape tensor.
-    """
-    shape = tf.convert_to_tensor(shape, tf.int32)
-    n = tf.reduce_prod(shape)
-    words = tf.random.stateless_uniform(tf.stack([(n + 31) // 32, 1]), seed, minval=None,
-                                        maxval=None, dtype=tf.uint32)
-    positions = tf.constant(list(range(32)), tf.uint32)
-    bits = tf.bitwise.bitwise_and(tf.bitwise.right_shift(words, positions), tf.constant(1, tf.uint32))
-    signs = tf.cast(bits, dtype) * 2 - 1
-    return tf.reshape(tf.reshape(signs, [-1])[:n], shape)
-
-
-def rademacher(shape, seed, dtype):
-    """Per-example random signs in {-1, +1} of the given shape (axis 0: the batch).
-
-    Under a multi-replica strategy, this replica's rows of the global batch's signs
-    (`noise.per_example`).
-    """
-    return per_example(lambda s, sd: random_signs(s, sd, dtype), shape, seed)
+#: Moved to `bayes_planet.layers.noise`: the old names warn (for one release).
+__getattr__ = moved_attributes(__name__, "bayes_planet.layers.noise", ("rademacher", "random_signs"))
 
 
 def reparameterization(op, x, weight, seed, channel_axis=-1):
@@ -105,14 +78,14 @@ def flipout(op, x, weight, seed, channel_axis=-1):
 
     ``E`` is one shared perturbation; ``s`` and ``r`` are per-example random signs
     over input and output channels (broadcast over spatial/time axes). Under a
-    multi-replica strategy every example gets its single-device signs (`rademacher`).
+    multi-replica strategy every example gets its single-device signs (`noise.rademacher`).
     """
     loc, delta, in_seed, out_seed = flipout_perturbation(weight, seed, x.dtype)
     mean = op(x, loc)
     if delta is None:
         return mean
-    sign_in = rademacher(_sign_shape(x, channel_axis), in_seed, x.dtype)
-    sign_out = rademacher(_sign_shape(mean, channel_axis), out_seed, x.dtype)
+    sign_in = noise.rademacher(_sign_shape(x, channel_axis), in_seed, x.dtype)
+    sign_out = noise.rademacher(_sign_shape(mean, channel_axis), out_seed, x.dtype)
     return mean + op(x * sign_in, delta) * sign_out
 
 

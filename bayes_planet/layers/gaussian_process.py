@@ -33,16 +33,10 @@ import tensorflow_probability as tfp
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, initializers, kernels, regularizers, tracing
 from bayes_planet.layers._registry import resolve
-from bayes_planet.layers.base import (
-    BayesianLayer,
-    check_positive_int,
-    moments,
-    per_example,
-    per_example_sample,
-    standard_normal,
-)
+from bayes_planet.layers.base import BayesianLayer, check_positive_int, moments
 from bayes_planet.layers.initializers import DistributionInitializer
 from bayes_planet.layers.kernels import inverse_softplus
+from bayes_planet.layers.noise import per_example, per_example_sample, standard_normal
 
 tfd = tfp.distributions
 

@@ -32,7 +32,8 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
-from bayes_planet.layers.base import BayesianLayer, check_positive_int, per_example_sample
+from bayes_planet.layers.base import BayesianLayer, check_positive_int
+from bayes_planet.layers.noise import per_example_sample
 from bayes_planet.layers.random_variable import RandomVariable
 
 tfd = tfp.distributions

@@ -47,7 +47,7 @@ class RandomVariable:
       seed: optional seed for the lazy sample (int or stateless ``[2]`` tensor).
       sampler: optional callable ``seed -> sample`` drawing one sample of the
         distribution the way its layer draws its value (e.g. replica-aware, see
-        `bayes_planet.layers.base.per_example_sample`). Used for the lazy value when
+        `bayes_planet.layers.noise.per_example_sample`). Used for the lazy value when
         no ``value`` is given, and by layers that resample their input's distribution
         (`Discretize`). Default: ``distribution.sample(seed=seed)``.
 

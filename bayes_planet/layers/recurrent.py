@@ -41,14 +41,10 @@ import weakref
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers import _compat, estimators, initializers, regularizers
-from bayes_planet.layers.base import (
-    BayesianLayer,
-    check_positive_int,
-    sample_weight,
-    split_seed,
-)
+from bayes_planet.layers import _compat, estimators, initializers, noise, regularizers
+from bayes_planet.layers.base import BayesianLayer, check_positive_int, sample_weight
 from bayes_planet.layers.initializers import DistributionInitializer
+from bayes_planet.layers.noise import split_seed
 
 __all__ = [
     "GRUCellFlipout",
@@ -290,9 +286,9 @@ class _BayesianCell(_compat.RecurrentCell, BayesianLayer):
         """Draws a sample's per-example noise (Flipout's signs) once the batch size is known."""
         for w in sample.weights.values():
             if w.get("delta") is not None and "in_sign" not in w:
-                w["in_sign"] = estimators.rademacher(
+                w["in_sign"] = noise.rademacher(
                     tf.stack([batch_size, w["loc"].shape[0]]), w["in_seed"], self.compute_dtype)
-                w["out_sign"] = estimators.rademacher(
+                w["out_sign"] = noise.rademacher(
                     tf.stack([batch_size, w["loc"].shape[1]]), w["out_seed"], self.compute_dtype)
 
     def _current_sample(self, inputs):
@@ -331,9 +327,9 @@ class _BayesianCell(_compat.RecurrentCell, BayesianLayer):
             in_sign, out_sign = w["in_sign"], w["out_sign"]
         else:  # Batch size unknown at draw time: same signs, regenerated from their seeds.
             batch = tf.shape(x)[0]
-            in_sign = estimators.rademacher(tf.stack([batch, w["loc"].shape[0]]),
+            in_sign = noise.rademacher(tf.stack([batch, w["loc"].shape[0]]),
                                             w["in_seed"], x.dtype)
-            out_sign = estimators.rademacher(tf.stack([batch, w["loc"].shape[1]]),
+            out_sign = noise.rademacher(tf.stack([batch, w["loc"].shape[1]]),
                                              w["out_seed"], x.dtype)
         return out + _grouped(tf.matmul, x * in_sign, cut(w["delta"])) * cut(out_sign)
 

@@ -36,7 +36,8 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, kernels
-from bayes_planet.layers.base import BayesianLayer, check_positive_int, multi_replica_context
+from bayes_planet.layers.base import BayesianLayer, check_positive_int
+from bayes_planet.layers.noise import multi_replica_context
 from bayes_planet.layers.random_features import (
     add_fourier_weights,
     fourier_features,

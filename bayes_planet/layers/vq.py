@@ -22,7 +22,8 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
-from bayes_planet.layers.base import check_positive_int, multi_replica_context
+from bayes_planet.layers.base import check_positive_int
+from bayes_planet.layers.noise import multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
 
 tfd = tfp.distributions
