@@ -16,9 +16,9 @@ BatchEnsemble layers: families of their own because they need the ensemble batch
 convention of `bayes_planet.layers.ensemble`, while the ``'dense'``/``'conv*'``
 families' readers feed plain batches), and for the same reason
 ``'einsum_dense_ensemble'``, ``'multi_head_attention_ensemble'`` (rank-1 attention,
-`bayes_planet.layers.ensemble_attention`; the Transformer reads them, see
+`bayes_planet.layers.ensemble.attention`; the Transformer reads them, see
 `bayes_planet.layers.transformer`), ``'lstm_cell_ensemble'`` and ``'gru_cell_ensemble'``
-(rank-1 cells, `bayes_planet.layers.ensemble_recurrent`).
+(rank-1 cells, `bayes_planet.layers.ensemble.recurrent`).
 Estimators are the ways a family's weights are sampled (`bayes_planet.layers.estimators`)
 or, for ``'variational_dropout'``, a whole recipe (its own prior; it samples only with
 ``training=True`` and prunes at inference), which ``estimators(family,
@@ -43,8 +43,8 @@ _FAMILIES = {
         "variational_dropout": "dense.DenseVariationalDropout",
     }),
     "dense_ensemble": ("Dense", {
-        "rank1": "ensemble.DenseRank1",
-        "batch_ensemble": "ensemble.DenseBatchEnsemble",
+        "rank1": "ensemble.dense.DenseRank1",
+        "batch_ensemble": "ensemble.dense.DenseBatchEnsemble",
     }),
     "conv1d": ("Conv1D", {
         "reparameterization": "conv.Conv1DReparameterization",
@@ -58,12 +58,12 @@ _FAMILIES = {
         "variational_dropout": "conv.Conv2DVariationalDropout",
     }),
     "conv1d_ensemble": ("Conv1D", {
-        "rank1": "ensemble_conv.Conv1DRank1",
-        "batch_ensemble": "ensemble_conv.Conv1DBatchEnsemble",
+        "rank1": "ensemble.conv.Conv1DRank1",
+        "batch_ensemble": "ensemble.conv.Conv1DBatchEnsemble",
     }),
     "conv2d_ensemble": ("Conv2D", {
-        "rank1": "ensemble_conv.Conv2DRank1",
-        "batch_ensemble": "ensemble_conv.Conv2DBatchEnsemble",
+        "rank1": "ensemble.conv.Conv2DRank1",
+        "batch_ensemble": "ensemble.conv.Conv2DBatchEnsemble",
     }),
     "einsum_dense": ("EinsumDense", {
         "reparameterization": "attention.EinsumDenseReparameterization",
@@ -82,16 +82,16 @@ _FAMILIES = {
         "flipout": "recurrent.GRUCellFlipout",
     }),
     "einsum_dense_ensemble": ("EinsumDense", {
-        "rank1": "ensemble_attention.EinsumDenseRank1",
+        "rank1": "ensemble.attention.EinsumDenseRank1",
     }),
     "multi_head_attention_ensemble": ("MultiHeadAttention", {
-        "rank1": "ensemble_attention.MultiHeadAttentionRank1",
+        "rank1": "ensemble.attention.MultiHeadAttentionRank1",
     }),
     "lstm_cell_ensemble": ("LSTMCell", {
-        "rank1": "ensemble_recurrent.LSTMCellRank1",
+        "rank1": "ensemble.recurrent.LSTMCellRank1",
     }),
     "gru_cell_ensemble": ("GRUCell", {
-        "rank1": "ensemble_recurrent.GRUCellRank1",
+        "rank1": "ensemble.recurrent.GRUCellRank1",
     }),
 }
 DETERMINISTIC = "deterministic"

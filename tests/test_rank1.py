@@ -16,7 +16,7 @@ import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
 from bayes_planet.layers import initializers
-from bayes_planet.layers.ensemble import (
+from bayes_planet.layers.ensemble.dense import (
     FACTOR_NAMES,
     RANK1_PRIOR,
     Rank1CauchyKLDivergence,

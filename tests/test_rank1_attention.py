@@ -16,7 +16,7 @@ import tensorflow_probability as tfp
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.layers.ensemble import Rank1CauchyKLDivergence, TrainableRandomSignCauchy
+from bayes_planet.layers.ensemble.dense import Rank1CauchyKLDivergence, TrainableRandomSignCauchy
 from bayes_planet.layers.testing import (
     SelfAttention,
     check_batch_checked_at_run_time,

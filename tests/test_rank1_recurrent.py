@@ -15,7 +15,7 @@ import tensorflow_probability as tfp
 import bayes_planet.layers as bl
 from bayes_planet import layer_registry
 from bayes_planet._keras import keras
-from bayes_planet.layers.ensemble import sample_factor
+from bayes_planet.layers.ensemble.dense import sample_factor
 from bayes_planet.layers.noise import split_seed
 from bayes_planet.layers.testing import (
     CellRNN,

@@ -49,7 +49,7 @@ from bayes_planet.layers import (
     fixed_noise,
 )
 from bayes_planet.layers.base import BayesianLayer
-from bayes_planet.layers.ensemble import FACTOR_NAMES, factor_arguments, member_rows
+from bayes_planet.layers.ensemble.dense import FACTOR_NAMES, factor_arguments, member_rows
 from bayes_planet.layers.noise import per_example
 
 tfd = tfp.distributions

@@ -36,15 +36,15 @@ from bayes_planet.layers.dense import (
     DenseReparameterization,
     DenseVariationalDropout,
 )
-from bayes_planet.layers.ensemble import DenseBatchEnsemble, DenseRank1
-from bayes_planet.layers.ensemble_attention import EinsumDenseRank1, MultiHeadAttentionRank1
-from bayes_planet.layers.ensemble_conv import (
+from bayes_planet.layers.ensemble.attention import EinsumDenseRank1, MultiHeadAttentionRank1
+from bayes_planet.layers.ensemble.conv import (
     Conv1DBatchEnsemble,
     Conv1DRank1,
     Conv2DBatchEnsemble,
     Conv2DRank1,
 )
-from bayes_planet.layers.ensemble_models import (
+from bayes_planet.layers.ensemble.dense import DenseBatchEnsemble, DenseRank1
+from bayes_planet.layers.ensemble.models import (
     DeepEnsemble,
     EnsembleModel,
     MCDropout,
@@ -54,7 +54,7 @@ from bayes_planet.layers.ensemble_models import (
     mean_predictive,
     tile_batch,
 )
-from bayes_planet.layers.ensemble_recurrent import GRUCellRank1, LSTMCellRank1
+from bayes_planet.layers.ensemble.recurrent import GRUCellRank1, LSTMCellRank1
 from bayes_planet.layers.flows import (
     MADE,
     ActNorm,

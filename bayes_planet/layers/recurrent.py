@@ -32,7 +32,7 @@ so the loop draws once. Samples are cached per graph: visible to that graph's
 loop bodies and branches, never to another (even nested) ``tf.function``.
 
 `BayesianLSTMCell` and `BayesianGRUCell` are the shared bases (the fused step and this
-sampling machinery); `ensemble_recurrent`'s rank-1 cells subclass them.
+sampling machinery); `ensemble.recurrent`'s rank-1 cells subclass them.
 """
 
 import contextlib

@@ -92,7 +92,7 @@ from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
-from bayes_planet.layers.ensemble import member_rows
+from bayes_planet.layers.ensemble.dense import member_rows
 from bayes_planet.layers.noise import per_example
 from bayes_planet.layers.random_variable import RandomVariable
 

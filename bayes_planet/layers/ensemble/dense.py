@@ -5,10 +5,10 @@ Both hold ``ensemble_size`` members that share one point-estimate kernel ``W``
 outputs (γ ``[E, units]``) and a per-member bias ``[E, units]``: member ``e`` computes
 ``activation(((x ∘ α_e) @ W) ∘ γ_e + b_e)``, a rank-1 change of the shared kernel for
 ``E·(in + 2·units)`` extra parameters. The convolutional layers of
-`bayes_planet.layers.ensemble_conv` are the same with the convolution for ``@``; the
+`bayes_planet.layers.ensemble.conv` are the same with the convolution for ``@``; the
 mixins here (`EnsembleFactors`, `EnsembleLayer`, `Rank1Factors`, `Rank1Ensemble`,
 `BatchEnsemble`) are shared by both, and `EnsembleFactors`/`Rank1Factors` by the rank-1
-attention projections (`bayes_planet.layers.ensemble_attention`).
+attention projections (`bayes_planet.layers.ensemble.attention`).
 
 Batch convention (as in edward2, so its users' code ports unchanged): the input batch of
 ``E·b`` rows is ``E`` contiguous blocks of ``b`` rows and block ``e`` goes through member

@@ -43,7 +43,7 @@ import tensorflow as tf
 from bayes_planet._keras import keras
 from bayes_planet.layers import initializers, regularizers
 from bayes_planet.layers.base import check_positive_int
-from bayes_planet.layers.ensemble import (
+from bayes_planet.layers.ensemble.dense import (
     ENSEMBLE_SIZE,
     FACTOR_NAMES,
     RANK1_POSTERIOR,

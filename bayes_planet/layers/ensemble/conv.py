@@ -26,7 +26,7 @@ batches).
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
 from bayes_planet.layers.base import check_positive_int
-from bayes_planet.layers.ensemble import (
+from bayes_planet.layers.ensemble.dense import (
     ENSEMBLE_SIZE,
     FAST_WEIGHTS,
     RANK1_POSTERIOR,

@@ -37,7 +37,7 @@ from bayes_planet.layers.attention import (
     flat_plan,
 )
 from bayes_planet.layers.base import check_positive_int
-from bayes_planet.layers.ensemble import (
+from bayes_planet.layers.ensemble.dense import (
     ENSEMBLE_SIZE,
     RANK1_POSTERIOR,
     RANK1_PRIOR,
