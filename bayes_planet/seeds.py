@@ -39,14 +39,19 @@ Example::
     rng = seeds.numpy_rng(config.seed, "replay", update)      # np.random.Generator
     seed = seeds.tf_seed(config.seed, "train_step", update)   # stateless [2] int32 tensor
     env.seed(seeds.int_seed(config.seed, "env_reset", 0, episode))
+
+The two other conversions of the package live here too: `stateless_seed`, an int (or a ``[2]``
+tensor) as a stateless seed tensor, in the layout its caller names, and `crc32_seed`, the
+sublayer seeds of the attention layers and the Transformer.
 """
 
 import hashlib
 import numbers
+import zlib
 
 import numpy as np
 
-__all__ = ["int_seed", "name_index", "numpy_rng", "pair", "tf_seed"]
+__all__ = ["crc32_seed", "int_seed", "name_index", "numpy_rng", "pair", "stateless_seed", "tf_seed"]
 
 _MAX = 2**31 - 1
 
@@ -96,3 +101,48 @@ def tf_seed(seed, name, *indices):
     import tensorflow as tf
 
     return tf.constant(pair(seed, name, *indices), tf.int32)
+
+
+def stateless_seed(seed, int_first=False, dtype=None):
+    """A stateless ``[2]`` seed tensor for ``tf.random.stateless_*`` ops from an int, a ``[2]``
+    integer tensor or None (a fresh random seed); a one-line `ValueError` for anything else.
+
+    An int ``s`` fills the pair in one of two layouts, and a seed's numbers depend on its layout
+    and dtype, so each caller names its own:
+
+    * by default ``[s >> 31, s & (2**31 - 1)]`` as int64, for any ``0 <= s < 2**63``
+      (``5`` -> ``[0, 5]``): the planners (`bayes_planet.planners`);
+    * ``int_first=True``: ``[s, 0]``, for ``0 <= s < 2**31`` (``5`` -> ``[5, 0]``): the agent's
+      planner policy (`bayes_planet.agent.policy`, with ``dtype=tf.int32``).
+
+    A tensor keeps int32 or int64 (other integer dtypes become int64); ``dtype`` casts the
+    result.
+    """
+    import tensorflow as tf
+
+    if seed is None:
+        tensor = tf.random.uniform([2], maxval=tf.int32.max, dtype=tf.int32)
+    elif isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+        if not 0 <= seed < (2**31 if int_first else 2**63):
+            raise ValueError(f"Expected a non-negative integer seed. Received: seed={seed!r}")
+        pair = [int(seed), 0] if int_first else [int(seed) >> 31, int(seed) & _MAX]
+        tensor = tf.constant(pair, tf.int64)
+    elif isinstance(seed, (bool, float)):
+        raise ValueError(f"Expected an int or a shape-[2] integer tensor. Received: seed={seed!r}")
+    else:
+        tensor = tf.convert_to_tensor(seed)
+        if not tensor.dtype.is_integer or not tensor.shape.is_compatible_with([2]):
+            raise ValueError("Expected an int or a shape-[2] integer tensor. Received: seed "
+                             f"with dtype {tensor.dtype.name} and shape {tensor.shape}")
+        if tensor.dtype not in (tf.int32, tf.int64):
+            tensor = tf.cast(tensor, tf.int64)
+        tensor = tf.ensure_shape(tensor, [2])
+    return tensor if dtype is None else tf.cast(tensor, dtype)
+
+
+def crc32_seed(seed, name):
+    """The int seed of ``name`` under an int ``seed`` by CRC-32 of ``"<seed>/<name>"`` (None for
+    None): the sublayer seeds of the attention layers and of the Transformer, kept in this
+    convention so that their seeded weights stay what they are (`int_seed` is the SHA-256
+    stream seed of everything else)."""
+    return None if seed is None else zlib.crc32(f"{seed}/{name}".encode()) % (2**31 - 1)

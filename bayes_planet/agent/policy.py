@@ -48,6 +48,7 @@ from bayes_planet import planners
 from bayes_planet.agent.config import PLANNER_LATENT
 from bayes_planet.layers import fixed_noise
 from bayes_planet.planners.objectives import uncertainty_aware_score
+from bayes_planet.seeds import stateless_seed
 
 __all__ = ["PlannerPolicy", "candidate_scores", "exploration_noise", "imagined_returns"]
 
@@ -219,7 +220,7 @@ class PlannerPolicy(tf_policy.TFPolicy):
         if seed is None:
             seed = tf.identity(self._seed_base)
             self._seed_base.assign_add([0, 1])
-        seed = tf.random.experimental.stateless_split(_as_seed(seed), 3)
+        seed = tf.random.experimental.stateless_split(stateless_seed(seed, int_first=True, dtype=tf.int32), 3)
         obs = wm.observation(time_step.observation[self._obs_key][:, None])
         embed = wm.encoder(obs)[:, 0]
         rssm = wm.rssm
@@ -288,11 +289,4 @@ class PlannerPolicy(tf_policy.TFPolicy):
         rollouts = tf.reshape(rollouts, [-1, rssm.ensemble_size * per_member, horizon,
                                          self._world_model.action_size])
         return rollouts[:, :self._proposals]
-
-
-def _as_seed(seed):
-    """An int or a ``[2]`` tensor → a stateless ``[2]`` int32 seed."""
-    if isinstance(seed, int):
-        return tf.constant([seed, 0], tf.int32)
-    return tf.cast(seed, tf.int32)
 

@@ -20,11 +20,11 @@ applied per token).
 
 import copy
 import inspect
-import zlib
 
 import numpy as np
 import tensorflow as tf
 
+from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, estimators, initializers, regularizers
 from bayes_planet.layers.base import BayesianLayer, sample_weight
@@ -233,9 +233,7 @@ class BayesianMultiHeadAttention(keras.layers.MultiHeadAttention):
             _compat.set_untracked(self, name, initializers.serialize(initializers.get(value)))
 
     def _sublayer_seed(self, name):
-        if self.seed is None:
-            return None
-        return zlib.crc32(f"{self.seed}/{name}".encode()) % (2**31 - 1)
+        return seeds.crc32_seed(self.seed, name)
 
     def __setattr__(self, name, value):
         # Keras' build sets each projection to a new (unbuilt) Keras EinsumDense, then

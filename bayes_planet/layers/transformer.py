@@ -18,11 +18,10 @@ times; the other layers of a block act per example, so they need no change.
 
 import copy
 import inspect
-import zlib
 
 import tensorflow as tf
 
-from bayes_planet import layer_registry
+from bayes_planet import layer_registry, seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, ensemble, initializers, regularizers
 from bayes_planet.layers.base import check_positive_int
@@ -53,10 +52,6 @@ def _choice(name, value, family):
 
 #: The sublayers whose configs a built block's config holds (those with priors and seeds).
 _CONFIGURED_SUBLAYERS = ("attention_layer", "ff_in", "ff_out")
-
-
-def _sub_seed(seed, name):
-    return None if seed is None else zlib.crc32(f"{seed}/{name}".encode()) % (2**31 - 1)
 
 
 @_register
@@ -158,7 +153,7 @@ class TransformerBlock(keras.layers.Layer):
         else:
             kwargs.update(self._prior())
         if "seed" in inspect.signature(cls).parameters:
-            kwargs["seed"] = _sub_seed(self.seed, name)
+            kwargs["seed"] = seeds.crc32_seed(self.seed, name)
         return cls, kwargs
 
     def _make(self, attr, cls, *args, **kwargs):
@@ -299,7 +294,7 @@ def build_transformer(vocab_size, length, num_classes, d_model=64, num_heads=4, 
     for i in range(num_layers):
         x = TransformerBlock(num_heads, d_model // num_heads, ff_dim, attention=attention,
                              feed_forward=feed_forward, dropout=dropout, causal=causal,
-                             seed=_sub_seed(seed, f"block{i}"),
+                             seed=seeds.crc32_seed(seed, f"block{i}"),
                              kernel_regularizer=kernel_regularizer,
                              ensemble_size=ensemble_size,
                              factor_initializer=factor_initializer,

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet.planners.registry import register
+from bayes_planet.seeds import stateless_seed
 
 __all__ = ["cross_entropy_method", "plan_cem", "random_shooting"]
 
@@ -103,7 +104,7 @@ def cross_entropy_method(
     batch_shape = _check_batch_shape(batch_shape)
     dtype = _check_dtype(dtype)
     low, high = _check_bounds(action_low, action_high, action_dim, dtype)
-    seeds = tf.random.experimental.stateless_split(_to_seed(seed), iterations)
+    seeds = tf.random.experimental.stateless_split(stateless_seed(seed), iterations)
 
     event_shape = (*batch_shape, horizon, action_dim)
     mean = (low + high) / 2 if initial_mean is None else tf.cast(initial_mean, dtype)
@@ -175,7 +176,7 @@ def random_shooting(
     low, high = _check_bounds(action_low, action_high, action_dim, dtype)
     candidate_shape = (*batch_shape, num_candidates, horizon, action_dim)
     axis = len(batch_shape)
-    uniform = tf.random.stateless_uniform(candidate_shape, _to_seed(seed), dtype=dtype)
+    uniform = tf.random.stateless_uniform(candidate_shape, stateless_seed(seed), dtype=dtype)
     actions = low + (high - low) * uniform
     scores = _score(objective_fn, actions, candidate_shape[:axis + 1])
     best = tf.argmax(scores, axis=-1, output_type=tf.int32)
@@ -257,22 +258,3 @@ def _check_bounds(action_low, action_high, action_dim, dtype):
             raise ValueError("Expected action_low < action_high elementwise. Received: "
                              f"action_low={action_low!r}, action_high={action_high!r}")
     return low, high
-
-
-def _to_seed(seed):
-    """A stateless shape-``[2]`` int seed from ``None``, an int, or a ``[2]`` tensor."""
-    if seed is None:
-        return tf.random.uniform([2], maxval=tf.int32.max, dtype=tf.int32)
-    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
-        if not 0 <= seed < 2**63:
-            raise ValueError(f"Expected a non-negative integer seed. Received: seed={seed!r}")
-        return tf.constant([seed >> 31, seed & (2**31 - 1)], tf.int64)
-    if isinstance(seed, bool) or isinstance(seed, float):
-        raise ValueError(f"Expected an int or a shape-[2] integer tensor. Received: seed={seed!r}")
-    seed = tf.convert_to_tensor(seed)
-    if not seed.dtype.is_integer or not seed.shape.is_compatible_with([2]):
-        raise ValueError("Expected an int or a shape-[2] integer tensor. "
-                         f"Received: seed with dtype {seed.dtype.name} and shape {seed.shape}")
-    if seed.dtype not in (tf.int32, tf.int64):
-        seed = tf.cast(seed, tf.int64)
-    return tf.ensure_shape(seed, [2])
