@@ -262,7 +262,7 @@ def test_target_updates_of_a_run_and_of_a_branch_that_changes_the_rate():
     the parent's count over the parent's episodes."""
     from types import SimpleNamespace
 
-    from bayes_planet.agent.training import target_updates
+    from bayes_planet.agent.config import target_updates
 
     train = SimpleNamespace(seed_episodes=5, updates_per_episode=100)
     assert [target_updates(k, train) for k in (0, 4, 5, 43)] == [0, 0, 100, 3900]
@@ -274,6 +274,39 @@ def test_target_updates_of_a_run_and_of_a_branch_that_changes_the_rate():
         target_updates(k, train) for k in range(44)]
     # Branched during the seed episodes: its own rate from seed_episodes on.
     assert [target_updates(k, branch, (3, 0)) for k in (2, 3, 4, 5, 6)] == [0, 0, 0, 250, 500]
+
+
+def test_env_steps_have_one_source(reference):
+    """The metrics rows' env steps (and the collection noise's, in training and in ``eval
+    --policy collect``) are `Agent.env_steps`: the replay's transitions times the action
+    repeat."""
+    from bayes_planet.agent.agent import Agent
+
+    agent = Agent(reference, read_only=True)
+    rows = _rows(reference)
+    assert [r["env_steps"] for r in rows] == [agent.env_steps(k + 1) for k in range(len(rows))]
+    first, second = agent.replay.episodes()[:2]
+    repeat = agent.collector.env.action_repeat
+    assert agent.env_steps(1) == (len(first["action"]) - 1) * repeat
+    assert agent.env_steps(1, pending=second) == agent.env_steps(2)
+    assert agent.env_steps() == agent.replay.num_steps * repeat == rows[-1]["env_steps"]
+    agent.close()
+
+
+def test_a_train_validates_its_config_once(monkeypatch, tmp_path):
+    """``bayes-planet train`` checks the config before TensorFlow loads; the agent it builds
+    trusts that check instead of repeating it."""
+    from bayes_planet.agent import cli, training
+
+    checked = []
+    check = config_lib._check
+    monkeypatch.setattr(config_lib, "_check", lambda data: (checked.append(1), check(data)))
+    monkeypatch.setattr(training.Trainer, "loop", lambda self, progress: [{"env_steps": 0}])
+    assert cli.main(["train", "--preset", "debug", "--logdir", str(tmp_path / "run"),
+                     "--quiet"]) == 0
+    assert checked == [1]
+    with pytest.raises(config_lib.ConfigError, match="model.deter=0"):
+        config_lib.validate(config_lib.load(["debug"], ["model.deter=0"]))
 
 
 @pytest.mark.slow  # five debug trainings; the copy itself is checked above

@@ -164,6 +164,16 @@ class Agent:
                                            self.nonfinite_in_a_row])}
         return list(variables.values())
 
+    def env_steps(self, num_episodes=None, pending=None):
+        """Environment steps (action repeat counted) of the oldest ``num_episodes`` episodes of
+        the replay (default: all of them), plus those of ``pending``, an episode collected but
+        not yet added: what the metrics rows count and the collection noise decays over
+        (`bayes_planet.agent.policy.exploration_noise`)."""
+        transitions = self.replay.transitions(num_episodes)
+        if pending is not None:
+            transitions += len(pending["action"]) - 1
+        return transitions * self.collector.env.action_repeat
+
     def save_checkpoint(self, number):
         """Writes checkpoint ``number`` of the agent's state (`Run.save_checkpoint`)."""
         self.run.save_checkpoint(number, self.checkpoint, self.state_variables())

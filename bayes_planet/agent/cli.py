@@ -91,15 +91,11 @@ def _eval(args):
 
     agent = Agent(logdir, read_only=True, planning=args.set or ())
     collector = agent.collector
-    if args.policy == "collect":  # Its noise after the checkpoint's episodes, counted as
-        from bayes_planet.agent.policy import (
-            exploration_noise,  # training counts (whole decisions).
-        )
+    if args.policy == "collect":  # Its noise after the checkpoint's episodes, as in training.
+        from bayes_planet.agent.policy import exploration_noise
 
-        repeat = collector.env.action_repeat
-        env_steps = agent.restored * (agent.config.env.episode_length // repeat) * repeat
         collector.collect_policy.set_exploration_noise(
-            exploration_noise(agent.config.planner, env_steps))
+            exploration_noise(agent.config.planner, agent.env_steps(agent.restored)))
     returns = []
     for i in range(args.episodes):
         policy = collector.policy(args.policy, i, stream="cli_eval_policy")

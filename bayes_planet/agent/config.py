@@ -11,6 +11,7 @@ directly (no agent extra needed).
 import copy
 import math
 import pathlib
+import weakref
 
 from bayes_planet import _startup, layer_registry, yaml_config
 from bayes_planet.yaml_config import Config, ConfigError
@@ -29,6 +30,7 @@ __all__ = [
     "parse",
     "presets",
     "read",
+    "target_updates",
     "upgrade",
     "validate",
     "with_overrides",
@@ -118,6 +120,26 @@ def with_planning(config, overrides):
             raise ConfigError(f"Expected a run with a value model (value.enabled: true) for "
                               f"{key}: this one plans without a policy. Received: {text}")
     return with_overrides(config, overrides)
+
+
+def target_updates(episode_index, train, branch_point=None):
+    """Gradient updates done once the training phase before episode ``episode_index`` (from 0)
+    has run: ``train.updates_per_episode`` before each episode from ``train.seed_episodes`` on.
+
+    A branch (``branch_point``: the episode ``b`` it branched at and its parent's update count
+    ``u`` there, `bayes_planet.agent.run.Run.branch_point`) starts from ``u`` and adds its own
+    ``updates_per_episode`` from episode ``b`` on, so a branch that changes the rate does not
+    redo the parent's episodes at its own. Episodes before ``b`` are trained again only if its
+    copied checkpoint was lost: then the parent's ``u`` is spread evenly over them (exactly
+    its schedule for a parent that kept one rate).
+    """
+    s, per_episode = train.seed_episodes, train.updates_per_episode
+    if branch_point is None:
+        return max(0, episode_index - s + 1) * per_episode
+    b, u = branch_point
+    if episode_index >= b:
+        return u + max(0, episode_index - max(b, s) + 1) * per_episode
+    return u * max(0, episode_index - s + 1) // (b - s) if b > s else 0
 
 
 def upgrade(data):
@@ -302,13 +324,28 @@ def _get(data, path):
     return data
 
 
+#: The `Config` objects `validate` has passed (a `Config` is read-only), by id.
+_VALIDATED = weakref.WeakValueDictionary()
+
+
 def validate(config):
     """Checks the range of every key of an agent config; returns it or raises `ConfigError`.
 
     Types are checked by `load`/`read` (against the defaults); this adds ranges, choices and
-    the combinations that cannot work. Messages name the key and the received value.
+    the combinations that cannot work. Messages name the key and the received value. A
+    `Config` is checked once: validating it again (the CLI checks before TensorFlow loads, the
+    `bayes_planet.agent.agent.Agent` it builds checks what it is given) returns it at once.
     """
-    data = config.to_dict() if isinstance(config, Config) else config
+    if isinstance(config, Config) and _VALIDATED.get(id(config)) is config:
+        return config
+    _check(config.to_dict() if isinstance(config, Config) else config)
+    if isinstance(config, Config):
+        _VALIDATED[id(config)] = config
+    return config
+
+
+def _check(data):
+    """`validate`'s checks of a config mapping."""
 
     def fail(path, expected, value):
         expected = f"null or {expected}" if path in _NULLABLE else expected
@@ -405,4 +442,3 @@ def validate(config):
                           f"use model.estimator in {list(cells[1:])}. Received: "
                           f"model.estimator={data['model']['estimator']!r}")
     _check_factors(data["model"])
-    return config

@@ -247,7 +247,13 @@ class EpisodeReplay:
     @property
     def num_steps(self):
         """Number of transitions in memory: ``sum(T)`` over episodes of ``T + 1`` steps."""
-        return sum(self._steps) - len(self._steps)
+        return self.transitions()
+
+    def transitions(self, num_episodes=None):
+        """Number of transitions of the oldest ``num_episodes`` episodes in memory (default:
+        all of them, `num_steps`)."""
+        steps = self._steps if num_episodes is None else self._steps[:num_episodes]
+        return sum(steps) - len(steps)
 
     def __len__(self):
         return len(self._episodes)

@@ -194,8 +194,7 @@ def _copy_branch(source, logdir, config, number, checkpoint):
         _atomic_write(temp / "metrics.jsonl", "".join(json_row(r) + "\n" for r in rows))
         _atomic_write(temp / "branch.json", json.dumps({
             "parent": str(parent.resolve()), "episode": number,
-            "updates": _updates_at(rows, number, previous.train.seed_episodes,
-                                   previous.train.updates_per_episode),
+            "updates": _updates_at(rows, number, previous.train),
             "changes": [list(c) for c in yaml_config.changes(previous, config)]}, indent=1))
         _atomic_write(temp / "config.yaml", yaml_config.dump(config))
         fault_point("branch_copy")
@@ -217,13 +216,14 @@ def _check_episodes(config, collected, where):
                        f"Received: train.episodes={config.train.episodes}")
 
 
-def _updates_at(rows, number, seed_episodes, updates_per_episode):
+def _updates_at(rows, number, train):
     """The parent's gradient updates at its checkpoint ``number``: its metrics row there (what
-    the checkpoint holds), else what its schedule had done by then."""
+    the checkpoint holds), else what its schedule (``train``, its config's section) had done by
+    then, before its episode ``number`` (`bayes_planet.agent.config.target_updates`)."""
     for row in rows:
         if row["episode"] == number and "updates" in row:
             return int(row["updates"])
-    return max(0, number - seed_episodes) * updates_per_episode
+    return config_lib.target_updates(number - 1, train)
 
 
 class RunError(ValueError):
@@ -356,9 +356,11 @@ class Run:
         if "updates" not in record:
             parent = {key: old for key, old, _ in record["changes"]}
             t = self.config.train
-            record["updates"] = _updates_at(
-                [], record["episode"], parent.get("train.seed_episodes", t.seed_episodes),
-                parent.get("train.updates_per_episode", t.updates_per_episode))
+            train = yaml_config.Config({
+                "seed_episodes": parent.get("train.seed_episodes", t.seed_episodes),
+                "updates_per_episode": parent.get("train.updates_per_episode",
+                                                  t.updates_per_episode)})
+            record["updates"] = _updates_at([], record["episode"], train)
         return int(record["episode"]), int(record["updates"])
 
     # -- opening ------------------------------------------------------------------------------

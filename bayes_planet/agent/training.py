@@ -30,32 +30,13 @@ import tensorflow as tf
 
 from bayes_planet import envs, seeds
 from bayes_planet.agent.agent import Agent
+from bayes_planet.agent.config import target_updates
 from bayes_planet.agent.faults import fault_point
 from bayes_planet.agent.policy import exploration_noise
 from bayes_planet.agent.run import NonFiniteError, read_metrics
 from bayes_planet.agent.world_model import as_batch
 
-__all__ = ["Trainer", "learning_curve_figure", "plot_learning_curve", "target_updates"]
-
-
-def target_updates(episode_index, train, branch_point=None):
-    """Gradient updates done once the training phase before episode ``episode_index`` (from 0)
-    has run: ``train.updates_per_episode`` before each episode from ``train.seed_episodes`` on.
-
-    A branch (``branch_point``: the episode ``b`` it branched at and its parent's update count
-    ``u`` there, `bayes_planet.agent.run.Run.branch_point`) starts from ``u`` and adds its own
-    ``updates_per_episode`` from episode ``b`` on, so a branch that changes the rate does not
-    redo the parent's episodes at its own. Episodes before ``b`` are trained again only if its
-    copied checkpoint was lost: then the parent's ``u`` is spread evenly over them (exactly
-    its schedule for a parent that kept one rate).
-    """
-    s, per_episode = train.seed_episodes, train.updates_per_episode
-    if branch_point is None:
-        return max(0, episode_index - s + 1) * per_episode
-    b, u = branch_point
-    if episode_index >= b:
-        return u + max(0, episode_index - max(b, s) + 1) * per_episode
-    return u * max(0, episode_index - s + 1) // (b - s) if b > s else 0
+__all__ = ["Trainer", "learning_curve_figure", "plot_learning_curve"]
 
 
 class Trainer:
@@ -98,7 +79,7 @@ class Trainer:
             chunk = a.replay.sample(c.batch_size, c.chunk_length,
                                     seeds.numpy_rng(seed, "replay", u), num_episodes)
             args = (as_batch(chunk, "obs"), seeds.tf_seed(seed, "train_step", u),
-                    self._transitions(num_episodes))
+                    a.replay.transitions(num_episodes))
             if a.value is None:
                 step = a.model.train_step(*args)
             else:  # The value model learns from the step's posterior states.
@@ -131,13 +112,6 @@ class Trainer:
                for k in keys}
         out["nonfinite_steps"] = skipped
         return out
-
-    def _transitions(self, num_episodes):
-        replay = self.agent.replay
-        if num_episodes is None or num_episodes == replay.num_episodes:
-            return replay.num_steps
-        steps = [len(e["action"]) - 1 for e in replay.episodes()[:num_episodes]]
-        return int(sum(steps))
 
     def evaluate(self, episode_index):
         """Mean return of ``eval.episodes`` evaluation episodes after ``episode_index`` episodes."""
@@ -183,7 +157,7 @@ class Trainer:
             if k >= c.train.seed_episodes:
                 losses = self.train(max(0, self.target_updates(k) - int(a.updates.numpy())))
                 collector.collect_policy.set_exploration_noise(exploration_noise(
-                    c.planner, replay.num_steps * collector.env.action_repeat))
+                    c.planner, a.env_steps()))
                 policy, fault = collector.policy("collect", k), "plan"
             else:
                 policy, fault = collector.policy("random", k), "seed_episode"
@@ -191,8 +165,7 @@ class Trainer:
             episode, _ = collector.collect(policy, "env_reset", k, fault=fault)
             collected = time.perf_counter()
             record = {"episode": k + 1,
-                      "env_steps": (replay.num_steps + len(episode["action"]) - 1)
-                      * collector.env.action_repeat,
+                      "env_steps": a.env_steps(pending=episode),
                       "updates": int(a.updates.numpy()),
                       "return": float(episode["reward"].sum()), **losses,
                       "seconds": collected - start,
