@@ -38,6 +38,10 @@ well as by their actions; ``shared`` draws them once per weight sample (and memb
 shares them by every candidate of a state (common random numbers: the same noise, so the
 ranking compares actions); ``mean`` rolls out the prior's means (no latent noise, TD-MPC's
 deterministic latent). The weight samples are the same in all three.
+
+The batch size may be known only when the policy runs (``tf.function`` over ``[None, ...]``
+specs, TF-Agents' `PolicySaver` at its default): the policy then acts as at that batch size
+known in advance.
 """
 
 import bayes_planet._extras.agent  # noqa: F401  isort: skip  (needs the 'agent' extra)
@@ -231,7 +235,10 @@ class PlannerPolicy(tf_policy.TFPolicy):
         with fixed_noise(rssm, weight_seed):  # The filtering step's weight draw is seeded too.
             post, _ = rssm.obs_step(prev, rssm.tile_members(policy_state["action"]),
                                     rssm.tile_members(embed), filter_seed)
+        # The batch size, static where known; else (PolicySaver's default) the running one.
         batch = time_step.observation[self._obs_key].shape[0]
+        if batch is None:
+            batch = tf.shape(time_step.observation[self._obs_key])[0]
         sample_seeds = tf.random.experimental.stateless_split(seed[1], cfg.weight_samples)
 
         def objective(actions):

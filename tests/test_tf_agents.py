@@ -1,0 +1,134 @@
+"""TF-Agents conventions: the planner policy at a batch size known only when it runs
+(PolicySaver's default)."""
+
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.environments import tf_py_environment
+from tf_agents.specs import tensor_spec
+
+from bayes_planet import config as config_lib
+from bayes_planet import envs
+from bayes_planet.envs.tf_agents_env import TFAgentsEnv
+from bayes_planet.planners import cross_entropy_method, random_shooting
+from bayes_planet.policy import PlannerPolicy
+from bayes_planet.value import ValueModel
+from bayes_planet.world_model import WorldModel
+
+# Untrained models (the numbers only need to be the same, not good): the debug agent (value
+# proposals) and an ensemble transition with every planning option that keeps state or
+# draws noise (warm start, shared latent noise, spread exploration, novelty).
+CASES = {
+    "debug": ([], False),
+    "ensemble": (["model.estimator=rank1", "model.ensemble_size=2", "planner.weight_samples=2",
+                  "planner.warm_start=true", "planner.latent=shared",
+                  "planner.exploration=spread", "planner.novelty=0.5"], True),
+}
+
+
+@pytest.fixture(scope="module")
+def cartpole():
+    env = envs.make("cartpole-swingup", obs_type="state", seed=0, episode_length=80)
+    yield tf_py_environment.TFPyEnvironment(TFAgentsEnv(env))
+    env.close()
+
+
+def _models(tf_env, sets):
+    """The config, world model and value model of the debug agent with ``sets``."""
+    tf.keras.utils.set_random_seed(0)
+    config = config_lib.load(["debug"], sets)
+    model = WorldModel(config, tf_env.observation_spec()["state"].shape, 1)
+    spec = tf_env.action_spec()
+    return config, model, ValueModel(config, model, spec.minimum, spec.maximum)
+
+
+def _policy(tf_env, models, explore=False):
+    config, model, value = models
+    return PlannerPolicy(tf_env.time_step_spec(), tf_env.action_spec(), model, config.planner,
+                         explore=explore, value_model=value,
+                         proposals=config.value.policy_proposals)
+
+
+def _time_steps(tf_env, batch, steps):
+    """``steps`` batched time steps: the rows the environment's first ones, shifted apart."""
+    offset = 0.1 * tf.range(batch, dtype=tf.float32)[:, None]
+    rows = lambda x: tf.concat([x] * batch, 0) + (offset if x.shape.rank == 2 else 0)  # noqa: E731
+    time_step, out = tf_env.reset(), []
+    for i in range(steps):
+        out.append(tf.nest.map_structure(rows, time_step))
+        time_step = tf_env.step(tf.constant([[0.5 - i]]))
+    return out
+
+
+def _act(action_fn, policy, time_steps, batch):
+    actions, state = [], policy.get_initial_state(batch)
+    for i, time_step in enumerate(time_steps):
+        step = action_fn(time_step, state, tf.constant([3, i]))
+        actions.append(step.action.numpy())
+        state = step.state
+    return np.stack(actions), {k: v.numpy() for k, v in state.items()}
+
+
+@pytest.mark.parametrize("case", ["debug", pytest.param("ensemble", marks=pytest.mark.slow)])
+def test_at_an_unknown_batch_size_the_policy_acts_as_at_the_known_one(cartpole, case):
+    """A `tf.function` over ``[None, ...]`` specs (PolicySaver's default) plans exactly what
+    the policy plans at the batch size it runs with (batch 1 and 3): the same actions and the
+    same state, step after step (that path's numbers are those of the code before)."""
+    sets, explore = CASES[case]
+    policy = _policy(cartpole, _models(cartpole, sets), explore)
+    specs = tf.nest.map_structure(
+        lambda spec: tensor_spec.add_outer_dims_nest(spec, (None,)),
+        (policy.time_step_spec, policy.policy_state_spec))
+    dynamic = tf.function(policy.action, input_signature=(*specs, tf.TensorSpec([2], tf.int32)))
+    static = tf.function(policy.action)  # traced at each batch size it sees
+    for batch in (1, 3):
+        time_steps = _time_steps(cartpole, batch, 3)
+        known, known_state = _act(static, policy, time_steps, batch)
+        unknown, unknown_state = _act(dynamic, policy, time_steps, batch)
+        np.testing.assert_array_equal(unknown, known)
+        for key in known_state:
+            np.testing.assert_array_equal(unknown_state[key], known_state[key], err_msg=key)
+        assert known.shape == (3, batch, 1)
+        assert len(np.unique(known)) == known.size  # Rows and steps plan differently.
+    assert dynamic.experimental_get_tracing_count() == 1
+
+
+def test_cem_and_random_shooting_take_a_batch_size_known_only_when_run():
+    target = tf.constant([[0.5, -0.3]])
+
+    def objective(actions):  # [B, N, H, A]: closer to the target is better.
+        return -tf.reduce_sum((actions - target) ** 2, [-2, -1])
+
+    def plans(batch_size):
+        seed = tf.constant([4, 2])
+        cem = cross_entropy_method(objective, 3, 2, -1.0, 1.0, num_candidates=16, top_k=4,
+                                   iterations=3, seed=seed, batch_shape=(batch_size,))
+        shooting = random_shooting(objective, 3, 2, -1.0, 1.0, num_candidates=16, seed=seed,
+                                   batch_shape=(batch_size,))
+        return cem, shooting
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 5])])
+    def dynamic(x):
+        cem, shooting = plans(tf.shape(x)[0])
+        assert cem.shape.as_list() == shooting.shape.as_list() == [None, 3, 2]
+        return cem, shooting
+
+    for batch in (1, 3):
+        for got, expected in zip(dynamic(tf.zeros([batch, 5])), plans(batch), strict=True):
+            np.testing.assert_array_equal(got.numpy(), expected.numpy())
+
+
+@pytest.mark.parametrize("batch_shape, received", [
+    ((tf.constant([2, 3]),), "batch_shape=(<tf.Tensor"),
+    ((tf.constant(2.0),), "batch_shape=(<tf.Tensor"),
+    ((tf.constant(0),), "batch_shape=(<tf.Tensor"),
+    ((None,), "batch_shape=(None,)"),
+])
+def test_bad_batch_dims_are_one_line_errors(batch_shape, received):
+    with pytest.raises(ValueError, match=r"^Expected batch_shape to be a tuple of positive "
+                                         r"integers or scalar integer tensors\. Received: ") as e:
+        cross_entropy_method(lambda a: tf.reduce_sum(a, [-2, -1]), 2, 1, -1.0, 1.0,
+                             num_candidates=4, top_k=2, iterations=1, seed=0,
+                             batch_shape=batch_shape)
+    assert received in str(e.value) and "\n" not in str(e.value)
