@@ -1,11 +1,12 @@
 """TF-Agents conventions: the planner policy at a batch size known only when it runs
-(PolicySaver's default)."""
+(PolicySaver's default), its distribution and `GreedyPolicy`."""
 
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
+from tf_agents.policies import greedy_policy
 from tf_agents.specs import tensor_spec
 
 from bayes_planet import config as config_lib
@@ -132,3 +133,37 @@ def test_bad_batch_dims_are_one_line_errors(batch_shape, received):
                              num_candidates=4, top_k=2, iterations=1, seed=0,
                              batch_shape=batch_shape)
     assert received in str(e.value) and "\n" not in str(e.value)
+
+
+def test_distribution_is_the_noiseless_plan_and_greedy_policy_acts_with_it(cartpole):
+    """`distribution` is a point at the plan's first action, seeded from the policy's stream
+    as `action` without a seed is; `GreedyPolicy` of an exploring (collection) policy acts
+    with it: the actions and state of the same planner without exploration noise."""
+    models = _models(cartpole, CASES["ensemble"][0] + ["planner.exploration_noise=0.5"])
+    collect = _policy(cartpole, models, explore=True)
+    greedy = greedy_policy.GreedyPolicy(collect)
+    time_steps = _time_steps(cartpole, 2, 3)
+
+    def run(act, policy):  # From the policy's own seed stream, restarted.
+        policy.reseed(11)
+        state, actions = policy.get_initial_state(2), []
+        for time_step in time_steps:
+            step = act(time_step, state)
+            actions.append(step.action.numpy())
+            state = step.state
+        return np.stack(actions), state
+
+    collect.reseed(11)
+    dist = collect.distribution(time_steps[0], collect.get_initial_state(2))
+    assert dist.action.mode().shape == (2, 1)
+    plan_greedy, greedy_state = run(greedy.action, collect)
+    # The noiseless plan: what the same planner (same models) plans without exploring.
+    quiet = _policy(cartpole, models, explore=False)
+    plan_quiet, quiet_state = run(quiet.action, quiet)
+    np.testing.assert_array_equal(plan_greedy, plan_quiet)
+    np.testing.assert_array_equal(dist.action.mode().numpy(), plan_quiet[0])
+    for key in quiet_state:
+        np.testing.assert_array_equal(greedy_state[key], quiet_state[key], err_msg=key)
+    noisy, _ = run(collect.action, collect)
+    assert not np.allclose(noisy, plan_greedy)  # `action` of the exploring policy adds noise.
+    assert np.all(np.abs(plan_greedy) <= 1.0)
