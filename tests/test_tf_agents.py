@@ -1,16 +1,22 @@
 """TF-Agents conventions: the planner policy at a batch size known only when it runs
-(PolicySaver's default), its distribution and `GreedyPolicy`."""
+(PolicySaver's default), its distribution and `GreedyPolicy`, and `bayes-planet export`,
+reloaded in a fresh process without bayes_planet."""
 
+import json
+import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
-from tf_agents.policies import greedy_policy
+from tf_agents.policies import greedy_policy, policy_saver
 from tf_agents.specs import tensor_spec
 
+from bayes_planet import cli, envs
 from bayes_planet import config as config_lib
-from bayes_planet import envs
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv
 from bayes_planet.planners import cross_entropy_method, random_shooting
 from bayes_planet.policy import PlannerPolicy
@@ -167,3 +173,117 @@ def test_distribution_is_the_noiseless_plan_and_greedy_policy_acts_with_it(cartp
     noisy, _ = run(collect.action, collect)
     assert not np.allclose(noisy, plan_greedy)  # `action` of the exploring policy adds noise.
     assert np.all(np.abs(plan_greedy) <= 1.0)
+
+
+# ---------------------------------------------------------------- saved, reloaded elsewhere
+# The fresh process: TF-Agents' user, bayes_planet not importable (so not needed by the
+# SavedModel). TFP is imported for the policy's saved distribution type (as tf_agents does).
+RELOAD_SCRIPT = textwrap.dedent("""
+    import json, sys
+    sys.modules["bayes_planet"] = None
+    import numpy as np
+    import tensorflow as tf
+    import tensorflow_probability  # noqa: F401  (the saved distribution's type)
+    from tf_agents.trajectories import time_step as ts
+
+    path, steps, out = sys.argv[1], np.load(sys.argv[2]), sys.argv[3]
+    saved = tf.saved_model.load(path)
+    results = {}
+    for batch in (1, 2):
+        state, actions = saved.get_initial_state(batch), []
+        for i in range(steps["reward"].shape[0]):
+            time_step = ts.TimeStep(
+                step_type=tf.constant(steps["step_type"][i, :batch]),
+                reward=tf.constant(steps["reward"][i, :batch]),
+                discount=tf.constant(steps["discount"][i, :batch]),
+                observation={"state": tf.constant(steps["state"][i, :batch])})
+            step = saved.action(time_step, state)
+            actions.append(step.action.numpy().tolist())
+            state = step.state
+        results[batch] = actions
+    mode = saved.distribution(time_step, saved.get_initial_state(2)).action.mode()
+    results["mode_shape"] = list(mode.shape)
+    results["train_step"] = int(saved.get_train_step().numpy())
+    results["metadata"] = {k: int(v.numpy()) for k, v in saved.get_metadata().items()}
+    with open(out, "w") as f:
+        json.dump(results, f)
+    print("LOADED")
+""")
+
+
+def _reload_elsewhere(path, time_steps, tmp_path):
+    """Runs `RELOAD_SCRIPT` on the SavedModel at ``path`` (batch 1: the first row)."""
+    np.savez(tmp_path / "steps.npz",
+             step_type=np.stack([t.step_type.numpy() for t in time_steps]),
+             reward=np.stack([t.reward.numpy() for t in time_steps]),
+             discount=np.stack([t.discount.numpy() for t in time_steps]),
+             state=np.stack([t.observation["state"].numpy() for t in time_steps]))
+    result = subprocess.run(
+        [sys.executable, "-c", RELOAD_SCRIPT, str(path), str(tmp_path / "steps.npz"),
+         str(tmp_path / "reloaded.json")], capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""))
+    assert "LOADED" in result.stdout, result.stderr[-3000:]
+    return json.loads((tmp_path / "reloaded.json").read_text())
+
+
+def _live(policy, time_steps, reseed):
+    """The live policy's actions on the same steps, batch 1 then 2, without a seed: its own
+    stream from ``reseed``, where the saved copy's starts, and on through both batches."""
+    live = {}
+    reseed()
+    for batch in (1, 2):
+        state, actions = policy.get_initial_state(batch), []
+        for time_step in time_steps:
+            rows = tf.nest.map_structure(lambda x, b=batch: x[:b], time_step)
+            step = policy.action(rows, state)
+            actions.append(step.action.numpy())
+            state = step.state
+        live[batch] = np.stack(actions)
+    return live
+
+
+@pytest.mark.slow  # ~20 s on 2 cores (TF-Agents in a fresh process)
+def test_policy_saver_at_its_default_batch_size_reloads_and_acts_the_same(cartpole, tmp_path):
+    """An ensemble transition's policy with a warm-started plan: a state of beliefs per member
+    and the last plan, saved and restored through the SavedModel."""
+    policy = _policy(cartpole, _models(cartpole, CASES["ensemble"][0]))
+    policy.reseed(21)
+    policy_saver.PolicySaver(policy).save(str(tmp_path / "policy"))  # batch_size=None
+    time_steps = _time_steps(cartpole, 2, 3)
+    reloaded = _reload_elsewhere(tmp_path / "policy", time_steps, tmp_path)
+    live = _live(policy, time_steps, lambda: policy.reseed(21))
+    for batch in (1, 2):
+        np.testing.assert_array_equal(np.array(reloaded[str(batch)], np.float32), live[batch])
+    assert reloaded["mode_shape"] == [2, 1]
+    assert not np.allclose(live[2][:, 0], live[2][:, 1])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--logdir", "{tmp}/none", "--out", "{tmp}/out"],
+     "Expected a run directory. Received: --logdir='{tmp}/none'"),
+    (["--logdir", "{tmp}", "--out", "{tmp}/out"],
+     "Expected a run directory. Received: --logdir='{tmp}'"),
+    (["--logdir", "{run}", "--out", "{run}/policy"],
+     "Expected a folder outside any run (only a run's trainer writes into it). Received: "
+     "--out='{run}/policy' lies inside the run"),
+    (["--logdir", "{run}", "--out", "{tmp}/full"],
+     "Expected a new or empty folder. Received: --out='{tmp}/full' holds files"),
+    (["--logdir", "{run}", "--out", "{tmp}/file"],
+     "Expected a directory. Received: --out='{tmp}/file' is a file"),
+])
+def test_bad_export_arguments_are_one_line_errors(tmp_path, capsys, args, message):
+    """Refused before TensorFlow loads or anything is written (a folder that looks like a run
+    is enough to get that far)."""
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("seed: 0\n")
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    (tmp_path / "file").write_text("x")
+    fill = lambda text: text.format(tmp=tmp_path, run=run)  # noqa: E731
+    assert cli.main(["export", *map(fill, args)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"bayes-planet export: error: {fill(message)}")
+    assert err.count("\n") == 1
+    assert not (tmp_path / "out").exists() and not (run / "policy").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "full", "run"]
