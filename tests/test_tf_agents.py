@@ -4,6 +4,10 @@ reloaded in a fresh process without bayes_planet."""
 
 import json
 import os
+import pathlib
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -242,7 +246,7 @@ def _live(policy, time_steps, reseed):
     return live
 
 
-@pytest.mark.slow  # ~20 s on 2 cores (TF-Agents in a fresh process)
+@pytest.mark.slow  # ~20 s; the default suite reloads `bayes-planet export`'s (the page's test)
 def test_policy_saver_at_its_default_batch_size_reloads_and_acts_the_same(cartpole, tmp_path):
     """An ensemble transition's policy with a warm-started plan: a state of beliefs per member
     and the last plan, saved and restored through the SavedModel."""
@@ -287,3 +291,47 @@ def test_bad_export_arguments_are_one_line_errors(tmp_path, capsys, args, messag
     assert err.count("\n") == 1
     assert not (tmp_path / "out").exists() and not (run / "policy").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "full", "run"]
+
+
+PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "tf_agents.md"
+
+
+def test_the_tf_agents_page_runs_and_its_export_acts_the_same_elsewhere(finished, tmp_path,
+                                                                       monkeypatch, capsys):
+    """docs/tf_agents.md's blocks, in order, in one namespace, against a trained run at the
+    page's ``runs/quickstart``: python blocks executed, ``bayes-planet`` lines run by the CLI.
+    Its export (`bayes-planet export`, the run's evaluation policy) then acts in a fresh
+    process without bayes_planet as the live evaluation policy acts, at batch 1 and 2."""
+    from bayes_planet import seeds
+
+    shutil.copytree(finished, tmp_path / "runs" / "quickstart")
+    monkeypatch.chdir(tmp_path)
+    blocks = re.findall(r"```(python|bash)\n(.*?)```", PAGE.read_text(), re.DOTALL)
+    assert [kind for kind, _ in blocks].count("bash") == 1 and len(blocks) >= 6
+    ns = {"__name__": "tf_agents_page"}
+    for kind, code in blocks:
+        if kind == "python":
+            exec(compile(code, str(PAGE), "exec"), ns)  # noqa: S102
+            continue
+        for line in filter(None, map(str.strip, code.splitlines())):
+            command = shlex.split(line)
+            assert command[0] == "bayes-planet", line
+            assert cli.main(command[1:]) == 0, line
+    said = capsys.readouterr()
+    assert "exported the evaluation policy of checkpoint 3 (3 updates)" in said.out
+    assert "Sanitizing" not in said.err and "StructuredValue" not in said.err
+    assert np.isfinite(ns["average_return"].result()) and np.isfinite(ns["tf_return"].result())
+    assert ns["plan"].action.mode().shape == ns["step"].action.shape == (2, 1)
+    assert {k: int(v) for k, v in ns["saved"].get_metadata().items()} == {"checkpoint": 3}
+    exported = tmp_path / "runs" / "quickstart-policy"
+    assert sorted(p.name for p in exported.parent.iterdir()) == ["quickstart", "quickstart-policy"]
+
+    agent, policy = ns["agent"], ns["policy"]
+    time_steps = _time_steps(tf_py_environment.TFPyEnvironment(ns["py_env"]), 2, 3)
+    reloaded = _reload_elsewhere(exported, time_steps, tmp_path)
+    live = _live(policy, time_steps, lambda: policy.reseed(
+        *seeds.pair(agent.config.seed, "cli_export_policy", 0)))
+    for batch in (1, 2):
+        np.testing.assert_array_equal(np.array(reloaded[str(batch)], np.float32), live[batch])
+    assert reloaded["mode_shape"] == [2, 1]
+    assert reloaded["train_step"] == 3 and reloaded["metadata"] == {"checkpoint": 3}
