@@ -24,6 +24,7 @@ The streams a run uses (`bayes_planet.agent.Agent`, `bayes_planet.agent.collecti
     eval_env_reset(w, k, i)         evaluation i after k episodes (eval_policy(w, k, i))
     open_loop(k)                    open-loop video after k episodes
     cli_eval_env(w, i)              `bayes-planet eval` episode i (cli_eval_policy(w, i))
+    cli_export_policy(w)            where the seed stream of `bayes-planet export`'s policy starts
 
 `bayes-planet probe --seed s` draws from streams of its own seed ``s`` (not the run's)::
 

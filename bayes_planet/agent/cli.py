@@ -4,6 +4,7 @@
     bayes-planet train --branch-from runs/x --logdir runs/y [--set key=value ...]
     bayes-planet eval --logdir runs/x [--episodes 5] [--policy collect] [--out DIR [--video]]
     bayes-planet probe --logdir runs/x [--episodes 5] [--out DIR] [--test-episodes DIR]
+    bayes-planet export --logdir runs/x --out DIR
     bayes-planet demo [--epochs 20] [--samples 20] [--seed 0]
 
 Errors in arguments are reported as one-line messages, not tracebacks.
@@ -12,8 +13,12 @@ Errors in arguments are reported as one-line messages, not tracebacks.
 import argparse
 import errno
 import json
+import logging
 import os
+import re
+import shutil
 import sys
+import warnings
 
 from bayes_planet import _startup
 
@@ -121,6 +126,63 @@ def _eval(args):
         os.replace(temp, out / "eval.json")
 
 
+# PolicySaver's signatures name inputs by nest path ("0/step_type"), which tf.function
+# renames with a warning per input, and TFP warns that loading its distribution's type needs
+# TFP imported: expected, and said once in `_export`'s own line.
+_EXPORT_NOTICES = (re.compile(r"is not a valid tf\.function parameter name\. Sanitizing to"),)
+
+
+class _DropExportNotices(logging.Filter):
+    def filter(self, record):
+        return not any(p.search(record.getMessage()) for p in _EXPORT_NOTICES)
+
+
+def _export(args):
+    from bayes_planet.agent.run import check_logdir
+    from bayes_planet.run_dirs import check_output_dir, holds_run
+
+    logdir = check_logdir(args.logdir, "--logdir")  # Checked before TensorFlow loads.
+    if not holds_run(logdir):
+        raise ValueError(f"Expected a run directory. Received: --logdir={str(logdir)!r}")
+    out = check_output_dir("--out", args.out)
+    if out.exists() and any(out.iterdir()):
+        raise ValueError(f"Expected a new or empty folder. Received: --out={str(out)!r} holds "
+                         "files")
+    _startup.quiet_import(*_startup.AGENT_STACK)
+    import tensorflow as tf
+    from tf_agents.policies import policy_saver
+
+    from bayes_planet import seeds
+    from bayes_planet.agent import Agent
+
+    agent = Agent(logdir, read_only=True)
+    policy = agent.collector.eval_policy  # The greedy plan, as `eval --policy eval` acts.
+    policy.reseed(*seeds.pair(agent.config.seed, "cli_export_policy", agent.worker))
+    checkpoint = tf.Variable(agent.restored, dtype=tf.int64, trainable=False)
+    saver = policy_saver.PolicySaver(policy, train_step=agent.updates,
+                                     metadata={"checkpoint": checkpoint})
+    # Whole or not at all: written beside --out, then renamed to it.
+    target = out.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.parent / f".{target.name}.tmp.{os.getpid()}"
+    absl, notices = logging.getLogger("absl"), _DropExportNotices()
+    absl.addFilter(notices)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Encoding a StructuredValue with type tfp\\.")
+            saver.save(str(temp))
+        if target.exists():
+            target.rmdir()
+        os.replace(temp, target)
+    finally:
+        absl.removeFilter(notices)
+        shutil.rmtree(temp, ignore_errors=True)
+    print(f"exported the evaluation policy of checkpoint {agent.restored} "
+          f"({int(agent.updates.numpy())} updates) to {out}: a TF-Agents SavedModel policy "
+          "of any batch size; load it with tf.saved_model.load after importing "
+          "tensorflow_probability (docs/tf_agents.md)")
+
+
 def _probe(args):
     _startup.quiet_import(*_startup.AGENT_STACK)
     from bayes_planet.agent import probes
@@ -196,6 +258,14 @@ def build_parser():
                             "sample, or the posterior mean")
     probe.add_argument("--seed", type=int, default=0)
     probe.set_defaults(func=_probe)
+    export = sub.add_parser("export", help="save a trained agent's evaluation policy as a "
+                                           "TF-Agents SavedModel policy (PolicySaver)")
+    export.add_argument("--logdir", required=True)
+    export.add_argument("--out", required=True,
+                        help="a new or empty folder outside the run for the SavedModel: "
+                             "tf.saved_model.load(DIR).action(time_step, policy_state) at any "
+                             "batch size")
+    export.set_defaults(func=_export)
     demo = sub.add_parser("demo", help="drop-in Bayesian CNN on scikit-learn's digits")
     demo.add_argument("--epochs", type=_positive_int, default=20)
     demo.add_argument("--samples", type=_positive_int, default=20,

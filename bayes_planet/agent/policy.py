@@ -38,9 +38,16 @@ well as by their actions; ``shared`` draws them once per weight sample (and memb
 shares them by every candidate of a state (common random numbers: the same noise, so the
 ranking compares actions); ``mean`` rolls out the prior's means (no latent noise, TD-MPC's
 deterministic latent). The weight samples are the same in all three.
+
+In TF-Agents' terms (docs/tf_agents.md): ``distribution`` is a point, a
+`tfp.distributions.Deterministic` at the plan's first action without exploration noise, so
+`tf_agents.policies.greedy_policy.GreedyPolicy` acts with the noiseless plan; the batch size
+may be known only when the policy runs (``tf.function`` over ``[None, ...]`` specs,
+`PolicySaver`'s default), and the policy then acts as at that batch size known in advance.
 """
 
 import tensorflow as tf
+import tensorflow_probability as tfp
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
 
@@ -213,9 +220,20 @@ class PlannerPolicy(tf_policy.TFPolicy):
         return list(self._world_model.trainable_variables) + list(value)
 
     def _distribution(self, time_step, policy_state):
-        raise NotImplementedError("PlannerPolicy is deterministic given a seed; use action().")
+        """The plan as a point: a `tfp.distributions.Deterministic` at the first planned action
+        (clipped, without exploration noise, seeded from the policy's own stream as `action`
+        without a seed is); its state continues from that action. Its mode is what
+        `tf_agents.policies.greedy_policy.GreedyPolicy` acts with: the noiseless plan, also of
+        an exploring policy, whose noise only `action` adds."""
+        step = self._plan_step(time_step, policy_state, None, explore=False)
+        return step._replace(action=tfp.distributions.Deterministic(loc=step.action))
 
     def _action(self, time_step, policy_state, seed):
+        return self._plan_step(time_step, policy_state, seed, explore=self._explore)
+
+    def _plan_step(self, time_step, policy_state, seed, explore):
+        """Filters the belief, plans and acts: the `PolicyStep` of `_action`, with the
+        exploration noise if ``explore``."""
         wm, cfg = self._world_model, self._planner
         if seed is None:
             seed = tf.identity(self._seed_base)
@@ -230,7 +248,10 @@ class PlannerPolicy(tf_policy.TFPolicy):
         with fixed_noise(rssm, weight_seed):  # The filtering step's weight draw is seeded too.
             post, _ = rssm.obs_step(prev, rssm.tile_members(policy_state["action"]),
                                     rssm.tile_members(embed), filter_seed)
+        # The batch size, static where known; else (PolicySaver's default) the running one.
         batch = time_step.observation[self._obs_key].shape[0]
+        if batch is None:
+            batch = tf.shape(time_step.observation[self._obs_key])[0]
         sample_seeds = tf.random.experimental.stateless_split(seed[1], cfg.weight_samples)
 
         def objective(actions):
@@ -246,7 +267,7 @@ class PlannerPolicy(tf_policy.TFPolicy):
             shifted = tf.concat([policy_state["plan"][:, 1:],
                                  tf.zeros_like(policy_state["plan"][:, :1])], 1)
             initial_mean = middle + shifted
-        by_spread = self._explore and cfg.exploration == "spread"
+        by_spread = explore and cfg.exploration == "spread"
         plan = self._plan(objective, cfg[cfg.name], horizon=cfg.horizon,
                           action_dim=wm.action_size, action_low=self._low,
                           action_high=self._high, seed=seed[2], batch_shape=(batch,),
@@ -257,7 +278,7 @@ class PlannerPolicy(tf_policy.TFPolicy):
             plan, spread = plan
             std = tf.maximum(spread[:, 0], self._noise)
         action = plan[:, 0]
-        if self._explore:
+        if explore:
             action += std * tf.random.stateless_normal(
                 tf.shape(action), tf.random.experimental.stateless_fold_in(seed[2], 1))
         action = tf.clip_by_value(action, self._low, self._high)

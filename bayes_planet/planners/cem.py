@@ -8,6 +8,9 @@ sequences in **one** call::
 
 They are pure TensorFlow functions with static shapes: they run eagerly, inside ``tf.function``
 and under XLA (``jit_compile=True``), and are reproducible given ``seed`` (stateless sampling).
+A batch dimension may also be known only when the graph runs (``batch_shape=(tf.shape(x)[0],)``
+in a ``tf.function`` over ``[None, ...]`` inputs, e.g. TF-Agents' ``PolicySaver``): the plan is
+then the same as at that static batch size.
 """
 
 import numbers
@@ -75,7 +78,9 @@ def cross_entropy_method(
             int32/int64 tensor (stateless seed). The same seed gives the same plan.
         initial_mean: Optional, broadcastable to ``[*batch_shape, horizon, action_dim]``.
         initial_stddev: Optional, broadcastable to ``[*batch_shape, horizon, action_dim]``.
-        batch_shape: Tuple of positive ints; independent planning problems solved at once.
+        batch_shape: Tuple of positive ints; independent planning problems solved at once. An
+            entry may be a scalar integer tensor instead (a size known only when the graph
+            runs, e.g. ``tf.shape(x)[0]``); the plan is the same as at that static size.
         dtype: Floating dtype of the actions.
         proposals: Optional ``[*batch_shape, M, horizon, action_dim]`` extra candidates
             (clipped to the bounds), scored with the sampled ones in every iteration;
@@ -101,7 +106,7 @@ def cross_entropy_method(
     if top_k > num_candidates:
         raise ValueError(f"Expected top_k <= num_candidates={num_candidates}. "
                          f"Received: top_k={top_k}")
-    batch_shape = _check_batch_shape(batch_shape)
+    batch_shape, static_batch = _check_batch_shape(batch_shape)
     dtype = _check_dtype(dtype)
     low, high = _check_bounds(action_low, action_high, action_dim, dtype)
     seeds = tf.random.experimental.stateless_split(stateless_seed(seed), iterations)
@@ -113,8 +118,8 @@ def cross_entropy_method(
     stddev = tf.broadcast_to(stddev, event_shape)
     candidate_shape = (*batch_shape, num_candidates, horizon, action_dim)
     axis = len(batch_shape)  # The candidate axis.
-    extra = _check_proposals(proposals, batch_shape, horizon, action_dim, dtype, low, high)
-    scored_shape = (*batch_shape, num_candidates + (0 if extra is None else extra.shape[axis]))
+    extra = _check_proposals(proposals, static_batch, horizon, action_dim, dtype, low, high)
+    scored_shape = (*static_batch, num_candidates + (0 if extra is None else extra.shape[axis]))
 
     def body(i, mean, stddev):
         noise = tf.random.stateless_normal(candidate_shape, seeds[i], dtype=dtype)
@@ -171,14 +176,14 @@ def random_shooting(
     horizon = _check_positive_int("horizon", horizon)
     action_dim = _check_positive_int("action_dim", action_dim)
     num_candidates = _check_positive_int("num_candidates", num_candidates)
-    batch_shape = _check_batch_shape(batch_shape)
+    batch_shape, static_batch = _check_batch_shape(batch_shape)
     dtype = _check_dtype(dtype)
     low, high = _check_bounds(action_low, action_high, action_dim, dtype)
     candidate_shape = (*batch_shape, num_candidates, horizon, action_dim)
     axis = len(batch_shape)
     uniform = tf.random.stateless_uniform(candidate_shape, stateless_seed(seed), dtype=dtype)
     actions = low + (high - low) * uniform
-    scores = _score(objective_fn, actions, candidate_shape[:axis + 1])
+    scores = _score(objective_fn, actions, (*static_batch, num_candidates))
     best = tf.argmax(scores, axis=-1, output_type=tf.int32)
     return tf.gather(actions, best, axis=axis, batch_dims=axis)
 
@@ -218,17 +223,40 @@ def _check_positive_int(name, value):
 
 
 def _check_batch_shape(batch_shape):
+    """``(dims, static)``: ``dims`` the sizes as python ints, or scalar int32 tensors where a
+    size is known only when the graph runs; ``static`` the same with None for those."""
     if isinstance(batch_shape, tf.TensorShape):
         batch_shape = batch_shape.as_list() if batch_shape.rank is not None else None
     try:
         dims = tuple(batch_shape)
     except TypeError:
         dims = None
-    if dims is None or any(isinstance(d, bool) or not isinstance(d, numbers.Integral) or d < 1
-                           for d in dims):
-        raise ValueError("Expected batch_shape to be a tuple of positive integers. "
-                         f"Received: batch_shape={batch_shape!r}")
-    return tuple(int(d) for d in dims)
+    if dims is not None:
+        dims = tuple(_check_batch_dim(d) for d in dims)
+    if dims is None or any(d is None for d in dims):
+        raise ValueError("Expected batch_shape to be a tuple of positive integers or scalar "
+                         f"integer tensors. Received: batch_shape={batch_shape!r}")
+    return dims, tuple(d if isinstance(d, int) else None for d in dims)
+
+
+def _check_batch_dim(dim):
+    """One ``batch_shape`` entry: a positive int (a tensor's static value counts as one), a
+    scalar integer tensor of a size known only when the graph runs (as int32), or None for
+    anything else."""
+    if isinstance(dim, np.ndarray):
+        if dim.ndim != 0:
+            return None
+        dim = dim.item()
+    elif tf.is_tensor(dim):
+        if not dim.dtype.is_integer or dim.shape.rank != 0:
+            return None
+        static = tf.get_static_value(dim)
+        if static is None:
+            return tf.cast(dim, tf.int32)
+        dim = static.item()
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1:
+        return None
+    return int(dim)
 
 
 def _check_dtype(dtype):

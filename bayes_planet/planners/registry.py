@@ -10,7 +10,9 @@ planner is called as::
                    proposals=None, initial_mean=None)  # -> [B, H, A]
     plan, spread = planner(..., return_spread=True)      # -> [B, H, A] each
 
-where ``settings`` is its config sub-section (a `Config` or mapping), ``objective_fn`` maps
+where ``settings`` is its config sub-section (a `Config` or mapping), ``B`` an int or, where the
+batch size is known only when the graph runs (a policy saved at an unknown batch size), a
+scalar int32 tensor (the plan must then be the one at that static size), ``objective_fn`` maps
 candidate action sequences ``[B, N, H, A]`` to scores ``[B, N]`` (higher is better) and
 ``proposals`` is None or ``[B, M, H, A]`` sequences to consider besides the planner's own
 (rollouts of the learned policy, `bayes_planet.agent.value`); ``initial_mean`` is None or ``[B, H,
