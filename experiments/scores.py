@@ -24,6 +24,7 @@ import sys
 
 import yaml
 
+from bayes_planet import yaml_config
 from bayes_planet.agent import config as config_lib
 from bayes_planet.experiment import load_script
 
@@ -42,31 +43,21 @@ ANCHOR_STEP = 100000
 report = load_script(pathlib.Path(__file__).with_name("agents_report.py"), "agents_report")
 
 
-def _flat(data, prefix=""):
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
-
-
 def read_methods(path=SCORES / "methods.yaml"):
-    """``{name: {'main': bool, 'about': str, 'config': flat config}}`` of the methods file."""
+    """``{name: {'main': bool, 'about': str, 'config': config dict}}`` of the methods file."""
     methods = {}
     for name, spec in yaml.safe_load(pathlib.Path(path).read_text())["methods"].items():
-        flat = _flat(config_lib.validate(config_lib.load([], spec["overrides"])).to_dict())
+        config = config_lib.validate(config_lib.load([], spec["overrides"])).to_dict()
         methods[name] = {"main": bool(spec.get("main", False)), "about": spec["about"],
-                         "config": {k: v for k, v in flat.items() if k not in NEUTRAL_KEYS}}
+                         "config": config}
     return methods
 
 
 def method_of(config, methods):
     """The method whose config ``config`` (a recorded run config, any layout) is; None if none."""
-    flat = _flat(config_lib.upgrade(json.loads(json.dumps(config))))
-    flat = {k: v for k, v in flat.items() if k not in NEUTRAL_KEYS}
-    matches = [name for name, m in methods.items() if m["config"] == flat]
+    config = config_lib.upgrade(json.loads(json.dumps(config)))
+    matches = [name for name, m in methods.items()
+               if all(key in NEUTRAL_KEYS for key, _, _ in yaml_config.changes(m["config"], config))]
     return matches[0] if matches else None
 
 
