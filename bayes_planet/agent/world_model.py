@@ -30,8 +30,8 @@ Observation and reward heads are `bayes_planet.layers.Normal` output layers with
 scale, so ``head(x).log_prob(target)`` is the likelihood: the reward's is 1, the
 observation's ``model.obs_stddev`` (PlaNet: 1, per pixel or state dimension; a smaller std
 weighs the reconstruction more — a state observation of 5 dimensions under unit std pays
-almost nothing for errors of 0.1, RESULTS §7k). Pixels are reduced
-to ``pixel_bits`` bits with uniform dequantization noise and centred (PlaNet). State
+almost nothing for errors of 0.1: ``experiments/results/7k-sharper-observation-likelihood.md``).
+Pixels are reduced to ``pixel_bits`` bits with uniform dequantization noise and centred (PlaNet). State
 observations are used as they are, or with ``model.normalize_obs`` standardized per
 dimension by statistics fixed once from the seed episodes (`set_observation_stats`; the
 encoder reads and the decoder reconstructs the standardized vector, so every dimension

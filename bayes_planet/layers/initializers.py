@@ -423,7 +423,8 @@ class TrainableRandomSignNormal(Rank1FactorNormal):
     diverse. Pair it with the symmetric prior ½ N(1, 0.1²) + ½ N(−1, 0.1²)
     (`regularizers.Rank1SignMixtureKLDivergence`, the default): under N(1, 0.1²) each −1
     entry costs ≈ 200 nats of KL, which buries the likelihood on small data sets
-    (``experiments/RESULTS.md`` §8c; the pair was chosen by the benchmark of §8e).
+    (``experiments/results/8c-rank1-initial-means.md``; the pair was chosen by the benchmark
+    of ``experiments/results/8e-sign-mixture-recalibration-keras.md``).
     """
 
     @staticmethod
@@ -447,7 +448,7 @@ class TrainableRank1Normal(Rank1FactorNormal):
     mean factor starts at its own draw around 1 (`RANK1_MEAN_STDDEV`) and its stddev at
     `RANK1_INITIAL_STDDEV` (log-space, jittered by 0.1). Under the N(1, 0.1²) prior
     (`regularizers.Rank1NormalKLDivergence`) an entry near 1 costs ≈ 13 nats of KL. Measured
-    against the ±1 start under the sign-mixture prior (``experiments/RESULTS.md`` §8e, 9 tasks ×
+    against the ±1 start under the sign-mixture prior (``experiments/results/8e-sign-mixture-recalibration-keras.md``, 9 tasks ×
     3 seeds): less diverse members (Friedman 90 % coverage 0.48 vs 0.82, CNN MI-AUROC 0.83 vs
     0.92) and a worse LSTM and Transformer.
     """

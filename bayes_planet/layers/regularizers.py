@@ -181,7 +181,7 @@ class NormalKLDivergence(KLRegularizer):
     ``normal_kl_divergence`` is MAP training. ``NormalKLDivergence()`` is the standard
     N(0, 1) prior on every weight, whatever the layer's width: the layers' default.
     ``benchmarks/uncertainty.py`` found no prior better on every family
-    (``experiments/RESULTS.md`` §5); for Gaussian-head regression MLPs use
+    (``experiments/results/5-priors.md``); for Gaussian-head regression MLPs use
     `ScaleMixtureKLDivergence`.
     """
 
@@ -253,7 +253,7 @@ class FanInNormalKLDivergence(KLRegularizer):
     draw of the prior, sum to a pre-activation of variance ``gain²`` times the
     inputs' (Neal, 1996; the ``σ_w² / fan_in`` priors of infinitely wide networks).
     It shrinks every mean towards 0 with weight ``fan_in / (2 gain²)``, which costs
-    accuracy on small data sets (``experiments/RESULTS.md`` §5, where it lost to
+    accuracy on small data sets (``experiments/results/5-priors.md``, where it lost to
     `ScaleMixtureKLDivergence`); ``fan_in`` is `fan_in(x)` per weight; the closed form
     is `NormalKLDivergence`'s.
 
@@ -302,7 +302,7 @@ class ScaleMixtureKLDivergence(KLRegularizer):
     A wide slab (``s1 = 1``, the N(0, 1) default) leaves the weights the data need
     almost unshrunk, and a narrow spike scaled to the layer (``s2 = 0.1 / sqrt(fan_in)``)
     holds the weights the data leave alone near zero *with little noise*. In
-    ``benchmarks/uncertainty.py`` (``experiments/RESULTS.md`` §5) it fixes regression
+    ``benchmarks/uncertainty.py`` (``experiments/results/5-priors.md``) it fixes regression
     MLPs with a Gaussian head, where N(0, 1) lets those weights keep prior-sized noise
     that the noise head absorbs while the predictive mean explodes (RMSE 5× the
     deterministic net's, every interval covering); with it the RMSE is below the
@@ -366,8 +366,8 @@ class Rank1SignMixtureKLDivergence(KLRegularizer):
 
     `TrainableRandomSignNormal` starts each factor entry at ±1; under the prior
     N(1, 0.1²) (`Rank1NormalKLDivergence`) a −1 entry costs ≈ 200 nats, which buries the
-    likelihood of a small data set (``experiments/RESULTS.md`` §8c). Under this symmetric
-    prior both signs cost the same (≈ log 2 + the KL to their own component), so the members
+    likelihood of a small data set (``experiments/results/8c-rank1-initial-means.md``). Under
+    this symmetric prior both signs cost the same (≈ log 2 + the KL to their own component), so the members
     can keep their sign patterns (their diversity) without paying for them. The KL to a
     mixture is bounded as in `ScaleMixtureKLDivergence`: within log 2 per entry for a
     posterior narrower than the components (rank-1 factors start at stddev ≈ 0.03), looser

@@ -31,9 +31,10 @@ uncertainty-baselines' ``random_sign_init=-0.5``) under N(1, 0.1²)
 (`regularizers.Rank1NormalKLDivergence`), stays available by name; the ±1 start under
 N(1, 0.1²) costs about 200 nats of KL per −1 entry (``(1 - (-1))² / (2 · 0.1²)``), which on
 small data swamps the likelihood (the benchmark's rank-1 Transformer stayed at chance). The
-choice was made by the uncertainty benchmark, 9 tasks × 3 seeds (issue #27,
-``experiments/RESULTS.md`` §8c–8f): the symmetric configuration is within 10 % of a 4-member
-deep ensemble's NLL on every task and beats the Transformer's dropout twin.
+choice was made by the uncertainty benchmark, 9 tasks × 3 seeds (issue #27; the notes
+``experiments/results/8c-rank1-initial-means.md`` to ``8f-sign-mixture-default.md``): the
+symmetric configuration is within 10 % of a 4-member deep ensemble's NLL on every task and
+beats the Transformer's dropout twin.
 
 Registry: both are the ``'dense_ensemble'`` family of `bayes_planet.layer_registry`
 (estimators ``'rank1'`` and ``'batch_ensemble'``, Keras twin ``Dense``), not estimators
