@@ -211,9 +211,9 @@ class LayerState:
     A posterior is reachable by two names (``kernel`` and ``kernel_initializer``: it is both),
     and the walk saves it under the first name it visits: Keras 2 visits ``dir(layer)`` in
     reverse order, Keras 3 in order. So that a ``.weights.h5`` file has the same layout on both
-    (weights move between the stacks, ``tests/test_packaging.py``), on Keras 3 ``dir`` leaves
-    out every public name of such a sublayer but the one Keras 2 visits first (the largest);
-    the attributes themselves are unchanged.
+    (weights move between the stacks, ``tests/install/test_packaging.py``), on Keras 3 ``dir``
+    leaves out every public name of such a sublayer but the one Keras 2 visits first (the
+    largest); the attributes themselves are unchanged.
     """
 
     if KERAS3:

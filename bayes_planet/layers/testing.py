@@ -384,7 +384,7 @@ def check_batch_checked_at_run_time(layer, shape, ensemble_size):
     return out
 
 
-# Fresh-process reloads (moved here from tests/test_keras3.py; shared by the Keras 3 tests).
+# Fresh-process reloads (shared by the Keras 3 tests, tests/layers/test_keras3*.py).
 
 #: Where a fresh interpreter imports this same ``bayes_planet`` from (a source checkout's root).
 _IMPORT_ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -1,0 +1,113 @@
+"""experiments/scores.py: the score files and the README's table are what the archive gives;
+runs are filed under the method their recorded config is, each run once."""
+
+import io
+import json
+
+import pytest
+
+from bayes_planet.agent import config as config_lib
+from tests.scripts._experiments import load
+
+
+@pytest.fixture(scope="module")
+def scores():
+    return load("scores")
+
+
+@pytest.fixture(scope="module")
+def methods(scores):
+    return scores.read_methods()
+
+
+def test_the_committed_score_files_and_readme_table_are_the_archives(scores):
+    """scores/ and the README's table between its markers equal what the script computes
+    from experiments/ (a changed archive, method or anchor fails here until rewritten)."""
+    assert scores.main(["--check"]) == 0
+
+
+def _config(*overrides, **top):
+    data = config_lib.load([], list(overrides)).to_dict()
+    data.update(top)
+    return data
+
+
+def test_a_run_is_the_method_its_config_is(scores, methods):
+    assert scores.method_of(_config(), methods) == "bayes-planet"
+    assert scores.method_of(_config("model.estimator=deterministic"), methods) == (
+        "bayes-planet-deterministic")
+    # Neutral keys (task, seed, length, checkpoints, videos) are no part of a method.
+    neutral = _config("model.estimator=deterministic", "train.episodes=50", "eval.video=false",
+                      task="walker-walk", seed=3)
+    assert scores.method_of(neutral, methods) == "bayes-planet-deterministic"
+    assert scores.method_of(_config("model.estimator=deterministic", "train.batch_size=16"),
+                            methods) is None
+    # An older layout is read as it ran (a missing key means its old behaviour).
+    old = _config()
+    del old["loss"]["overshooting"]
+    assert scores.method_of(old, methods) == "bayes-planet"
+
+
+def test_each_run_is_filed_once_from_the_copy_that_reached_furthest(scores, methods, tmp_path):
+    config = _config(task="walker-walk", seed=0)
+    short, full = [(10000, 1.0), (15000, 2.0)], [(10000, 1.0), (15000, 2.0), (20000, 3.0)]
+    other = [(10000, 5.0), (15000, 6.0)]
+    log = io.StringIO()
+    files = scores.collect([("a", config, short), ("b", config, full),
+                            ("c", dict(config, seed=1), other)], methods, log)
+    assert files == {("dmc_proprio", "walker-walk"): {("bayes-planet", 0): full,
+                                                       ("bayes-planet", 1): other}}
+    assert log.getvalue() == ""
+    # Two copies that disagree both ran: the further one is filed, the other named.
+    files = scores.collect([("b", config, full), ("lost", config, other)], methods, log)
+    assert files[("dmc_proprio", "walker-walk")][("bayes-planet", 0)] == full
+    assert "b and lost disagree; filed b (to 20000 env steps)" in log.getvalue()
+    # Runs of no method are left out; pixels go to their own suite.
+    files = scores.collect([("x", _config("train.batch_size=16"), full),
+                            ("p", _config("obs_type=pixels", task="walker-walk"), full)],
+                           _methods(scores, tmp_path, px=["obs_type=pixels"]), log)
+    assert files == {("dmc_pixels", "walker-walk"): {("px", 0): full}}
+
+
+def _methods(scores, tmp_path, **overrides):
+    path = tmp_path / "methods.yaml"
+    path.write_text(json.dumps({"methods": {name: {"overrides": o, "about": name}
+                                            for name, o in overrides.items()}}))
+    return scores.read_methods(path)
+
+
+def test_a_score_file_round_trips(scores):
+    text = scores.score_text({("m", 1): [(10000, 12.345)], ("m", 0): [(5000, 1.0),
+                                                                      (10000, 2.0)]})
+    assert text == ("method,seed,env_step,return\nm,0,5000,1.0\nm,0,10000,2.0\n"
+                    "m,1,10000,12.3\n")
+    runs = scores.parse_scores(text)["m"]
+    assert [r["env_steps"] for r in runs] == [10000, 10000]
+    assert runs[0]["curves"]["eval_return"] == [(5000, 1.0), (10000, 2.0)]
+
+
+def test_the_table_cells_are_over_seeds(scores, methods):
+    text = scores.score_text({("bayes-planet", s): [(50000, 100.0 * (s + 1)),
+                                                    (100000, 200.0 * (s + 1))]
+                              for s in range(3)})
+    anchors = {"columns": [("TD-MPC2", 100000), ("DreamerV3", 50000)],
+               "returns": {"walker-walk": {("TD-MPC2", 100000): 962}}}
+    lines = scores.table({"dmc_proprio/walker-walk.csv": text}, methods, anchors).splitlines()
+    assert lines[0].startswith("| task | bayes-planet 50k | bayes-planet 100k | "
+                               "bayes-planet-deterministic 50k")
+    assert lines[0].endswith("| other configs 100k | TD-MPC2 100k |")
+    assert lines[2] == ("| walker-walk | 200 ± 82 (n=3) | 400 ± 163 (n=3) | — | — | — | 962 |")
+
+
+def test_the_readme_needs_its_markers(scores):
+    assert scores.readme_with("a\n<!-- scores:begin -->\nold\n<!-- scores:end -->\nb",
+                              "new\n") == "a\n<!-- scores:begin -->\nnew\n<!-- scores:end -->\nb"
+    with pytest.raises(ValueError, match="Expected one '<!-- scores:begin -->'"):
+        scores.readme_with("no markers", "x")
+
+
+def test_a_method_is_a_valid_config(scores, methods, tmp_path):
+    assert list(methods)[:2] == ["bayes-planet", "bayes-planet-deterministic"]
+    assert [m for m in methods if methods[m]["main"]] == list(methods)[:2]
+    with pytest.raises(config_lib.ConfigError, match="Received: model.estimator='nope'"):
+        _methods(scores, tmp_path, bad=["model.estimator=nope"])
