@@ -1,5 +1,9 @@
 """Shared pytest configuration: quiet TensorFlow, deterministic seeds per test, and
-clean skips of the agent's tests on a layers-only install."""
+clean skips of the agent's tests on a layers-only install.
+
+The skips are here, not in tests/agent/, because tests elsewhere (of the scripts, the envs,
+the planners) import the agent too. The agent tests' fixtures and helpers:
+tests/agent/conftest.py."""
 
 import os
 
@@ -111,24 +115,3 @@ def _seed_everything():
     yield
     keras.backend.clear_session()
 
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    """A finished debug run (3 episodes; checkpoints 2 and 3), trained in-process once per
-    test module that asks for it; copy it (`run`) before changing anything in it."""
-    from bayes_planet.agent import cli
-
-    logdir = tmp_path_factory.mktemp("finished") / "run"
-    assert cli.main(["train", "--logdir", str(logdir), "--preset", "debug", "--quiet",
-                     "--set", "eval.video=false"]) == 0
-    return logdir
-
-
-@pytest.fixture
-def run(finished, tmp_path):
-    """A copy of `finished` of the test's own, in ``tmp_path / 'run'``."""
-    import shutil
-
-    logdir = tmp_path / "run"
-    shutil.copytree(finished, logdir)
-    return logdir

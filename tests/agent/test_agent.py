@@ -1,9 +1,6 @@
 """The planner policy and the command line: spec, seeds, end-to-end debug run, errors."""
 
 import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,6 +12,7 @@ from bayes_planet.agent import config as config_lib
 from bayes_planet.agent.policy import PlannerPolicy, exploration_noise
 from bayes_planet.agent.world_model import WorldModel
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv
+from tests.agent.conftest import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -290,16 +288,10 @@ def test_training_sets_the_scheduled_noise_before_each_collected_episode(tmp_pat
     assert calls == pytest.approx([0.2, 0.15])
 
 
-def _cli(*args, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "bayes_planet.agent.cli", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
 def test_debug_run_end_to_end_then_eval(tmp_path):
     """collect, train, plan, evaluate, checkpoint, video — the run CI exercises."""
     logdir = tmp_path / "run"
-    result = _cli("train", "--preset", "debug", "--logdir", str(logdir), "--quiet")
+    result = run_cli("train", "--preset", "debug", "--logdir", str(logdir), "--quiet")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "done: 3 episodes" in result.stdout
     records = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
@@ -318,8 +310,8 @@ def test_debug_run_end_to_end_then_eval(tmp_path):
     assert list((logdir / "videos").glob("eval_*.gif"))
     assert len(list((logdir / "episodes").glob("*.npz"))) == 3
 
-    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1", "--video",
-                  "--out", str(tmp_path / "eval"))
+    result = run_cli("eval", "--logdir", str(logdir), "--episodes", "1", "--video",
+                     "--out", str(tmp_path / "eval"))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "eval over 1 episodes" in result.stdout
     assert (tmp_path / "eval" / "eval_cli_0.mp4").stat().st_size > 0
@@ -337,7 +329,7 @@ def test_debug_run_end_to_end_then_eval(tmp_path):
     (["eval", "--episodes", "1", "--video"], "--out"),
 ])
 def test_cli_errors_are_messages_not_tracebacks(tmp_path, args, message):
-    result = _cli(*args, "--logdir", str(tmp_path / "x"))
+    result = run_cli(*args, "--logdir", str(tmp_path / "x"))
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr

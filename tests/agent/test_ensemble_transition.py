@@ -22,13 +22,14 @@ from bayes_planet.agent.world_model import WorldModel
 from bayes_planet.envs.tf_agents_env import TFAgentsEnv
 from bayes_planet.layers import posterior_mean
 from bayes_planet.layers.base import moments
+from tests.agent.conftest import debug_config
 
 TRANSITION = ("transition_in", "prior_hidden", "prior_stats")
 SHARED = ("cell", "post_hidden", "post_stats")
 
 
 def _config(estimator, *sets):
-    return config_lib.load(["debug"], [f"model.estimator={estimator}", *sets])
+    return debug_config(f"model.estimator={estimator}", *sets)
 
 
 def _member_as_dense(layer, member):

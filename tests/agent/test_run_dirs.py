@@ -17,15 +17,8 @@ import pytest
 from bayes_planet import run_dirs
 from bayes_planet.agent import cli
 from bayes_planet.agent import config as config_lib
-from tests.agent.test_run_edges import BASE, _one_error_line, _snapshot
+from tests.agent.conftest import DEBUG_ARGS, branch_debug_in_process, one_error_line, snapshot
 from tests.scripts import _experiments
-
-
-def _branch(parent, logdir, *sets):
-    args = ["train", "--branch-from", str(parent), "--logdir", str(logdir), "--quiet"]
-    for s in sets:
-        args += ["--set", s]
-    return cli.main(args)
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +63,9 @@ def test_every_cli_writer_refuses_a_run_directory_before_writing(run, finished, 
                                                                  capsys, entry):
     other = tmp_path / "other"
     shutil.copytree(finished, other)
-    before, before_other = _snapshot(run), _snapshot(other)
+    before, before_other = snapshot(run), snapshot(other)
     args = {
-        "train inside": ["train", "--logdir", str(run / "sub"), *BASE],
+        "train inside": ["train", "--logdir", str(run / "sub"), *DEBUG_ARGS],
         "eval --out": ["eval", "--logdir", str(run), "--out", str(run / "eval")],
         "eval --out another run": ["eval", "--logdir", str(run), "--out", str(other)],
         "probe --out": ["probe", "--logdir", str(run), "--out", str(other / "probe")],
@@ -82,14 +75,14 @@ def test_every_cli_writer_refuses_a_run_directory_before_writing(run, finished, 
                                       str(other / "branch"), "--quiet"],
     }[entry]
     assert cli.main(args) == 2
-    _one_error_line(capsys, "Expected a folder outside any run", "Received: ")
-    assert _snapshot(run) == before and _snapshot(other) == before_other
+    one_error_line(capsys, "Expected a folder outside any run", "Received: ")
+    assert snapshot(run) == before and snapshot(other) == before_other
 
 
 def test_the_grid_launchers_refuse_an_out_that_holds_a_run(run, agents, branches, tmp_path):
     """agents.py (also with --aggregate-only) and branches.py (also the parent itself as
     --out): the run's config.yaml stays the run's; a file as --out is one line naming out."""
-    before = _snapshot(run)
+    before = snapshot(run)
     calls = [(agents, ["--preset", "debug", "--out", str(run), "--aggregate-only"]),
              (agents, ["--preset", "debug", "--out", str(run / "grid")]),
              (branches, ["--preset", "debug", "--set", f"parent={run}", "--out", str(run)]),
@@ -98,7 +91,7 @@ def test_the_grid_launchers_refuse_an_out_that_holds_a_run(run, agents, branches
     for script, argv in calls:
         with pytest.raises(run_dirs.OutputDirError, match="Expected a folder outside any run"):
             script.main(argv)
-        assert _snapshot(run) == before, argv
+        assert snapshot(run) == before, argv
     assert config_lib.read(run / "config.yaml").train.episodes == 3
     afile = tmp_path / "afile.txt"
     afile.write_text("mine")
@@ -126,19 +119,19 @@ def test_a_refused_out_ends_a_grid_script_in_one_line_with_status_2(tmp_path):
 
 
 def test_example_scripts_refuse_a_run_as_out(run):
-    before = _snapshot(run)
+    before = snapshot(run)
     gp = _experiments.load("gp")
     with pytest.raises(run_dirs.OutputDirError, match="Expected a folder outside any run"):
         gp.main(["--preset", "debug", "--out", str(run / "gp")])
-    assert _snapshot(run) == before
+    assert snapshot(run) == before
 
 
 # ---------------------------------------------------------------- branches
 def test_an_empty_branch_from_is_refused_and_writes_nothing(tmp_path, capsys):
     logdir = tmp_path / "bE"
     assert cli.main(["train", "--branch-from", "", "--logdir", str(logdir), "--quiet"]) == 2
-    assert _one_error_line(capsys) == ("bayes-planet train: error: Expected a run directory. "
-                                       "Received: --branch-from=''")
+    assert one_error_line(capsys) == ("bayes-planet train: error: Expected a run directory. "
+                                      "Received: --branch-from=''")
     assert not logdir.exists()
 
 
@@ -146,28 +139,28 @@ def test_a_branch_into_a_run_that_is_not_its_branch_is_refused(run, finished, tm
                                                                capsys):
     other = tmp_path / "other"  # an ordinary run
     shutil.copytree(finished, other)
-    before = _snapshot(other)
-    assert _branch(run, other, "train.episodes=6") == 2
-    _one_error_line(capsys, f"Expected an empty or new logdir, or a branch of {str(run)!r}",
-                    f"logdir={str(other)!r} holds a run that is not a branch")
-    assert _snapshot(other) == before
+    before = snapshot(other)
+    assert branch_debug_in_process(run, other, "train.episodes=6") == 2
+    one_error_line(capsys, f"Expected an empty or new logdir, or a branch of {str(run)!r}",
+                   f"logdir={str(other)!r} holds a run that is not a branch")
+    assert snapshot(other) == before
     from bayes_planet.agent import run as run_lib
 
     config = config_lib.read(run / "config.yaml")
     branch = tmp_path / "branch"
     assert run_lib.branch(other, branch, config) == 3  # a branch of `other`, not of `run`
-    made = _snapshot(branch)
+    made = snapshot(branch)
     with pytest.raises(run_lib.RunError, match=r"holds a run that is a branch of '.*other'$"):
         run_lib.branch(run, branch, config)
-    assert run_lib.branch(other, branch, config) is None and _snapshot(branch) == made
+    assert run_lib.branch(other, branch, config) is None and snapshot(branch) == made
 
 
 def test_a_branch_with_fewer_episodes_than_its_copy_is_refused_before_copying(run, tmp_path,
                                                                              capsys):
     logdir = tmp_path / "bf"
-    assert _branch(run, logdir, "train.episodes=2") == 2
-    _one_error_line(capsys, "Expected train.episodes >= the 3 episodes collected",
-                    "Received: train.episodes=2")
+    assert branch_debug_in_process(run, logdir, "train.episodes=2") == 2
+    one_error_line(capsys, "Expected train.episodes >= the 3 episodes collected",
+                   "Received: train.episodes=2")
     assert not logdir.exists() and not list(tmp_path.glob(".bf.branch-tmp-*"))
 
 
@@ -213,7 +206,7 @@ def test_a_branch_starts_at_the_newest_committed_readable_checkpoint(run, tmp_pa
 def test_eval_refuses_what_it_cannot_do_in_one_line(run, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(run)  # `--logdir ""` would have evaluated the current folder
     assert cli.main(["eval", "--logdir", ""]) == 2
-    _one_error_line(capsys, "Expected a run directory. Received: logdir=''")
+    one_error_line(capsys, "Expected a run directory. Received: logdir=''")
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["eval", "--logdir", str(run), "--episodes", "1e3"])
     assert exit_info.value.code == 2

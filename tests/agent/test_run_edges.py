@@ -12,35 +12,15 @@ import numpy as np
 import pytest
 
 from bayes_planet.agent import cli
+from tests.agent.conftest import (
+    DEBUG_ARGS,
+    checkpoint_tensors,
+    one_error_line,
+    snapshot,
+    train_debug_in_process,
+)
 
-BASE = ["--preset", "debug", "--quiet", "--set", "eval.video=false"]
-
-
-def _train(logdir, *sets):
-    args = ["train", "--logdir", str(logdir), *BASE]
-    for s in sets:
-        args += ["--set", s]
-    return cli.main(args)
-
-
-def _snapshot(folder):
-    if not folder.exists():
-        return None
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None)
-            for p in sorted(folder.rglob("*"))}
-
-
-def _one_error_line(capsys, *needles):
-    """The one error line said (warnings aside), checked to hold each of ``needles``."""
-    err = [line for line in capsys.readouterr().err.strip().splitlines()
-           if not line.startswith("warning:")]
-    assert len(err) == 1 and err[0].startswith("bayes-planet ") and "error:" in err[0], err
-    for needle in needles:
-        assert needle in err[0], err
-    return err[0]
-
-
-# `finished` (a debug run) and `run` (a copy of it): tests/conftest.py.
+# `finished` (a debug run) and `run` (a copy of it): tests/agent/conftest.py.
 
 
 @pytest.mark.parametrize(("presets", "sets", "needle"), [
@@ -58,38 +38,34 @@ def test_a_config_the_run_cannot_use_is_refused_before_anything_is_written(
     for s in sets:
         args += ["--set", s]
     assert cli.main(args) == 2
-    _one_error_line(capsys, needle)
+    one_error_line(capsys, needle)
     assert not logdir.exists()
 
 
 def test_an_empty_logdir_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert _train("") == 2
-    _one_error_line(capsys, "logdir=''")
+    assert train_debug_in_process("") == 2
+    one_error_line(capsys, "logdir=''")
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("damage", ["truncate", "remove"])
 def test_a_rerun_repairs_a_finished_run_that_lost_its_latest_checkpoint(run, finished, damage,
                                                                          capsys):
-    import tensorflow as tf
-
     latest = run / "checkpoints" / "ckpt-000003"
     if damage == "truncate":
         for data in latest.glob("*.data-*"):
             data.write_bytes(b"")
     else:
         shutil.rmtree(run / "checkpoints")
-    assert _train(run) == 0
-    prefix = str(latest / "ckpt")
-    got = {k: tf.train.load_variable(prefix, k) for k, _ in tf.train.list_variables(prefix)}
-    original = str(finished / "checkpoints" / "ckpt-000003" / "ckpt")
-    for key, _ in tf.train.list_variables(original):
+    assert train_debug_in_process(run) == 0
+    got = checkpoint_tensors(str(latest / "ckpt"))
+    original = checkpoint_tensors(str(finished / "checkpoints" / "ckpt-000003" / "ckpt"))
+    for key, value in original.items():
         # Counters are reset from the episode index at every episode start; the object graph
         # holds Keras' process-wide layer names.
         if "seed_counter" not in key and key != "_CHECKPOINTABLE_OBJECT_GRAPH":
-            np.testing.assert_array_equal(got[key], tf.train.load_variable(original, key),
-                                          err_msg=key)
+            np.testing.assert_array_equal(got[key], value, err_msg=key)
     assert cli.main(["eval", "--logdir", str(run), "--episodes", "1"]) == 0
     assert "(checkpoint 3)" in capsys.readouterr().out
 
@@ -115,12 +91,12 @@ def test_a_run_that_lost_data_is_refused_with_one_line_and_left_as_it_is(
         next((run / "episodes").glob("000001-*.npz")).unlink()
     else:
         (run / "metrics.jsonl").unlink()
-    before = _snapshot(run)
-    args = (["train", "--logdir", str(run), *BASE] if command == "train"
+    before = snapshot(run)
+    args = (["train", "--logdir", str(run), *DEBUG_ARGS] if command == "train"
             else ["eval", "--logdir", str(run), "--episodes", "1"])
     assert cli.main(args) == 2
-    _one_error_line(capsys, *needles)
-    assert _snapshot(run) == before
+    one_error_line(capsys, *needles)
+    assert snapshot(run) == before
 
 
 def test_an_old_config_without_weight_prior_reads_as_the_normal_prior_it_ran_with(run):
@@ -144,11 +120,11 @@ def test_reader_outputs_are_checked_before_any_episode_is_collected(run, tmp_pat
     afile = tmp_path / "afile"
     afile.write_text("")
     monkeypatch.setattr(Collector, "collect", lambda *a, **k: pytest.fail("collected first"))
-    before = _snapshot(run)
+    before = snapshot(run)
     args = [a.format(file=afile, run=run) for a in args]
     assert cli.main([args[0], "--logdir", str(run), *args[1:]]) == 2
-    _one_error_line(capsys, "Expected a")
-    assert _snapshot(run) == before
+    one_error_line(capsys, "Expected a")
+    assert snapshot(run) == before
 
 
 def test_a_full_disk_is_one_line_and_leaves_no_half_written_checkpoint(tmp_path, capsys,
@@ -160,8 +136,8 @@ def test_a_full_disk_is_one_line_and_leaves_no_half_written_checkpoint(tmp_path,
 
     monkeypatch.setattr(tf.train.Checkpoint, "write", full)
     logdir = tmp_path / "run"
-    assert _train(logdir) == 2
-    _one_error_line(capsys, "no space left on the device")
+    assert train_debug_in_process(logdir) == 2
+    one_error_line(capsys, "no space left on the device")
     assert not list((logdir / "checkpoints").glob(".tmp-*"))
 
 
@@ -172,8 +148,8 @@ def test_a_full_disk_while_writing_metrics_is_one_line(tmp_path, capsys, monkeyp
         raise OSError(errno.ENOSPC, "No space left on device", str(self.logdir / "metrics.jsonl"))
 
     monkeypatch.setattr(Run, "append_metrics", full)
-    assert _train(tmp_path / "run") == 2
-    _one_error_line(capsys, "no space left on the device", "metrics.jsonl")
+    assert train_debug_in_process(tmp_path / "run") == 2
+    one_error_line(capsys, "no space left on the device", "metrics.jsonl")
 
 
 def test_ctrl_c_is_one_line_and_the_same_command_resumes_to_the_same_run(finished, tmp_path,
@@ -190,12 +166,12 @@ def test_ctrl_c_is_one_line_and_the_same_command_resumes_to_the_same_run(finishe
 
     monkeypatch.setattr(Collector, "collect", interrupted)
     logdir = tmp_path / "run"
-    assert _train(logdir) == 130
+    assert train_debug_in_process(logdir) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["bayes-planet train: interrupted; run the same command again to resume "
                    "(what was committed is kept)"]
     monkeypatch.setattr(Collector, "collect", collect)
-    assert _train(logdir) == 0
+    assert train_debug_in_process(logdir) == 0
     strip = lambda p: [{k: v for k, v in r.items() if not k.startswith("seconds")}  # noqa: E731
                        for r in __import__("bayes_planet.agent.run").agent.run.read_metrics(p)]
     assert strip(logdir) == strip(finished)

@@ -8,8 +8,6 @@ import fcntl
 import json
 import os
 import shutil
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -17,45 +15,15 @@ import yaml
 
 from bayes_planet import seeds, yaml_config
 from bayes_planet.agent import config as config_lib
-
-WALL_CLOCK = ("seconds", "seconds_updates", "seconds_collect", "seconds_eval")
-
-
-def _cli(*args, fault=None, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("BAYES_PLANET_FAULT", None)
-    if fault:
-        env["BAYES_PLANET_FAULT"] = fault
-    return subprocess.run([sys.executable, "-m", "bayes_planet.agent.cli", *args],
-                          capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def _train(logdir, *sets, fault=None):
-    args = ["train", "--preset", "debug", "--logdir", str(logdir), "--quiet",
-            "--set", "eval.video=false"]
-    for s in sets:
-        args += ["--set", s]
-    return _cli(*args, fault=fault)
-
-
-def _rows(logdir):
-    """metrics.jsonl parsed strictly (NaN/Infinity are not JSON) without wall-clock fields."""
-    def strict(name):
-        raise ValueError(f"not JSON: {name}")
-    rows = [json.loads(line, parse_constant=strict)
-            for line in (logdir / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if k not in WALL_CLOCK} for r in rows]
-
-
-def _latest_checkpoint(logdir):
-    folders = sorted((logdir / "checkpoints").glob("ckpt-*"))
-    return str(folders[-1] / "ckpt") if folders else None
-
-
-def _tensors(prefix):
-    import tensorflow as tf
-
-    return {k: tf.train.load_variable(prefix, k) for k, _ in tf.train.list_variables(prefix)}
+from tests.agent.conftest import (
+    branch_debug,
+    checkpoint_tensors,
+    latest_checkpoint,
+    metrics_rows,
+    run_cli,
+    snapshot,
+    train_debug,
+)
 
 
 def _error_lines(stderr):
@@ -64,16 +32,11 @@ def _error_lines(stderr):
     return [line for line in stderr.splitlines() if line.startswith("bayes-planet")]
 
 
-def _snapshot(folder):
-    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else None)
-            for p in sorted(folder.rglob("*"))}
-
-
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """An uninterrupted debug run (seed 0): 2 seed episodes, 1 planning episode + eval."""
     logdir = tmp_path_factory.mktemp("reference") / "run"
-    result = _train(logdir)
+    result = train_debug(logdir)
     assert result.returncode == 0, result.stderr[-3000:]
     return logdir
 
@@ -81,21 +44,21 @@ def reference(tmp_path_factory):
 # -- reproducibility ------------------------------------------------------------------------
 def test_same_seed_gives_identical_metrics_and_checkpoints_another_seed_differs(reference,
                                                                                 tmp_path):
-    again = _train(tmp_path / "again")
-    other = _train(tmp_path / "other", "seed=1")
+    again = train_debug(tmp_path / "again")
+    other = train_debug(tmp_path / "other", "seed=1")
     assert again.returncode == 0 and other.returncode == 0, again.stderr[-2000:]
-    ref_rows = _rows(reference)
+    ref_rows = metrics_rows(reference)
     assert [r["episode"] for r in ref_rows] == [1, 2, 3]
     assert "loss" in ref_rows[-1] and "eval_return" in ref_rows[-1]
-    assert _rows(tmp_path / "again") == ref_rows
-    a, b = _tensors(_latest_checkpoint(reference)), _tensors(_latest_checkpoint(tmp_path / "again"))
+    assert metrics_rows(tmp_path / "again") == ref_rows
+    a, b = (checkpoint_tensors(latest_checkpoint(d)) for d in (reference, tmp_path / "again"))
     assert sorted(a) == sorted(b)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-    c = _tensors(_latest_checkpoint(tmp_path / "other"))
+    c = checkpoint_tensors(latest_checkpoint(tmp_path / "other"))
     kernels = [k for k in a if "kernel" in k and "optimizer" not in k and "OPTIMIZER" not in k]
     assert kernels and all(not np.array_equal(a[k], c[k]) for k in kernels)
-    other_rows = _rows(tmp_path / "other")
+    other_rows = metrics_rows(tmp_path / "other")
     assert other_rows[0]["return"] != ref_rows[0]["return"]  # Another initial state.
 
 
@@ -105,13 +68,13 @@ def test_a_rank1_transition_run_is_reproducible(tmp_path):
     with the same seed gives the same metrics (but wall-clock) and checkpoint."""
     runs = [tmp_path / "a", tmp_path / "b"]
     for logdir in runs:
-        result = _train(logdir, "model.estimator=rank1")
+        result = train_debug(logdir, "model.estimator=rank1")
         assert result.returncode == 0, result.stderr[-3000:]
-    rows = _rows(runs[0])
+    rows = metrics_rows(runs[0])
     assert [r["episode"] for r in rows] == [1, 2, 3] and rows[-1]["weight_kl"] > 0
     assert np.isfinite(rows[-1]["loss"]) and "eval_return" in rows[-1]
-    assert _rows(runs[1]) == rows
-    a, b = (_tensors(_latest_checkpoint(logdir)) for logdir in runs)
+    assert metrics_rows(runs[1]) == rows
+    a, b = (checkpoint_tensors(latest_checkpoint(logdir)) for logdir in runs)
     assert sorted(a) == sorted(b) and any("alpha" in k for k in a)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
@@ -120,13 +83,13 @@ def test_a_rank1_transition_run_is_reproducible(tmp_path):
 @pytest.mark.slow
 def test_a_killed_rank1_run_resumes_to_the_uninterrupted_run(tmp_path):
     full, logdir = tmp_path / "full", tmp_path / "run"
-    assert _train(full, "model.estimator=rank1").returncode == 0
-    killed = _train(logdir, "model.estimator=rank1", fault="train:2")
+    assert train_debug(full, "model.estimator=rank1").returncode == 0
+    killed = train_debug(logdir, "model.estimator=rank1", fault="train:2")
     assert killed.returncode == -9, killed.stderr[-2000:]
-    rerun = _train(logdir, "model.estimator=rank1")
+    rerun = train_debug(logdir, "model.estimator=rank1")
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert _rows(logdir) == _rows(full)
-    a, b = _tensors(_latest_checkpoint(full)), _tensors(_latest_checkpoint(logdir))
+    assert metrics_rows(logdir) == metrics_rows(full)
+    a, b = (checkpoint_tensors(latest_checkpoint(d)) for d in (full, logdir))
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
@@ -147,13 +110,14 @@ FAULTS = [
 def test_sigkill_at_any_phase_then_rerun_equals_the_uninterrupted_run(reference, tmp_path,
                                                                       fault):
     logdir = tmp_path / "run"
-    killed = _train(logdir, fault=fault)
+    killed = train_debug(logdir, fault=fault)
     assert killed.returncode == -9, (fault, killed.returncode, killed.stderr[-2000:])
-    rerun = _train(logdir)
+    rerun = train_debug(logdir)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     assert "done: 3 episodes" in rerun.stdout
-    assert _rows(logdir) == _rows(reference)  # Every episode's row exactly once, same numbers.
-    a, b = _tensors(_latest_checkpoint(reference)), _tensors(_latest_checkpoint(logdir))
+    # Every episode's row exactly once, same numbers.
+    assert metrics_rows(logdir) == metrics_rows(reference)
+    a, b = (checkpoint_tensors(latest_checkpoint(d)) for d in (reference, logdir))
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     leftovers = [p.name for p in logdir.rglob("*") if ".tmp" in p.name]
@@ -164,15 +128,15 @@ def test_resume_from_an_older_checkpoint_redoes_the_updates_exactly(reference, t
     """checkpoint_every=2: a kill after episode 3's row resumes from ckpt-2 and retrains."""
     logdir = tmp_path / "run"
     sets = ("train.episodes=4", "train.checkpoint_every=3")
-    full = _train(tmp_path / "full", *sets)
+    full = train_debug(tmp_path / "full", *sets)
     assert full.returncode == 0, full.stderr[-2000:]
-    killed = _train(logdir, *sets, fault="metrics_write:4")  # ckpt-3 exists, episode 4 not.
+    killed = train_debug(logdir, *sets, fault="metrics_write:4")  # ckpt-3 exists, episode 4 not.
     assert killed.returncode == -9
     shutil.rmtree(next((logdir / "checkpoints").glob("ckpt-000003")))  # Force the fallback.
-    rerun = _train(logdir, *sets)
+    rerun = train_debug(logdir, *sets)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
-    assert _rows(logdir) == _rows(tmp_path / "full")
-    a, b = _tensors(_latest_checkpoint(tmp_path / "full")), _tensors(_latest_checkpoint(logdir))
+    assert metrics_rows(logdir) == metrics_rows(tmp_path / "full")
+    a, b = (checkpoint_tensors(latest_checkpoint(d)) for d in (tmp_path / "full", logdir))
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
@@ -181,28 +145,28 @@ def test_a_finished_run_extended_with_more_episodes_equals_the_longer_run(refere
     """train.episodes may grow on a rerun (config.EXTENDABLE_KEYS): 2 episodes, then 3, equal the
     uninterrupted 3 (rows and checkpoint); fewer than collected, or any other key, is refused."""
     logdir = tmp_path / "run"
-    short = _train(logdir, "train.episodes=2")
+    short = train_debug(logdir, "train.episodes=2")
     assert short.returncode == 0, short.stderr[-2000:]
-    assert [r["episode"] for r in _rows(logdir)] == [1, 2]
-    extended = _train(logdir)  # The debug preset's 3 episodes.
+    assert [r["episode"] for r in metrics_rows(logdir)] == [1, 2]
+    extended = train_debug(logdir)  # The debug preset's 3 episodes.
     assert extended.returncode == 0, extended.stderr[-3000:]
     assert "train.episodes: 2 -> 3 (2 episodes collected)" in extended.stderr
-    assert _rows(logdir) == _rows(reference)
+    assert metrics_rows(logdir) == metrics_rows(reference)
     assert config_lib.read(logdir / "config.yaml").train.episodes == 3
-    a, b = _tensors(_latest_checkpoint(reference)), _tensors(_latest_checkpoint(logdir))
+    a, b = (checkpoint_tensors(latest_checkpoint(d)) for d in (reference, logdir))
     assert sorted(a) == sorted(b)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     def files():  # The writer's lock file names its pid: not data.
-        return {k: v for k, v in _snapshot(logdir).items() if k != ".lock"}
+        return {k: v for k, v in snapshot(logdir).items() if k != ".lock"}
 
     before = files()
-    fewer = _train(logdir, "train.episodes=2")
+    fewer = train_debug(logdir, "train.episodes=2")
     assert fewer.returncode == 2
     assert _error_lines(fewer.stderr) == [
         f"bayes-planet train: error: Expected train.episodes >= the 3 episodes collected in {logdir}. "
         "Received: train.episodes=2"], fewer.stderr[-2000:]
-    other = _train(logdir, "train.episodes=4", "train.updates_per_episode=4")
+    other = train_debug(logdir, "train.episodes=4", "train.updates_per_episode=4")
     assert other.returncode == 2
     assert "train.updates_per_episode: 3 -> 4" in other.stderr
     assert "train.episodes" not in _error_lines(other.stderr)[0], other.stderr[-2000:]
@@ -210,13 +174,6 @@ def test_a_finished_run_extended_with_more_episodes_equals_the_longer_run(refere
 
 
 # -- branches: train on from another run's checkpoint with changes (train --branch-from) --------
-def _branch(parent, logdir, *sets, fault=None, extra=()):
-    args = ["train", "--branch-from", str(parent), "--logdir", str(logdir), "--quiet", *extra]
-    for s in sets:
-        args += ["--set", s]
-    return _cli(*args, fault=fault)
-
-
 def test_a_branch_is_a_copy_of_its_parent_at_its_checkpoint_with_the_new_config(reference,
                                                                                 tmp_path):
     """`run.branch` in-process (no training): the parent's newest checkpoint and its episodes
@@ -224,27 +181,27 @@ def test_a_branch_is_a_copy_of_its_parent_at_its_checkpoint_with_the_new_config(
     written; a second call leaves the branch to the trainer."""
     from bayes_planet.agent import run as run_lib
 
-    before = _snapshot(reference)
+    before = snapshot(reference)
     config = config_lib.with_overrides(config_lib.read(reference / "config.yaml"),
                                        ["train.episodes=5", "train.updates_per_episode=1"])
     branch = tmp_path / "branch"
     assert run_lib.branch(reference, branch, config) == 3
-    copied = _snapshot(branch)
+    copied = snapshot(branch)
     for folder in ("episodes", "checkpoints/ckpt-000003"):
         theirs = {k: v for k, v in before.items() if k.startswith(folder)}
         assert theirs and {k: copied[k] for k in theirs} == theirs
         assert {k for k in copied if k.startswith(folder)} == set(theirs)
     assert [p.name for p in (branch / "checkpoints").iterdir()] == ["ckpt-000003"]
-    assert _rows(branch) == _rows(reference)
+    assert metrics_rows(branch) == metrics_rows(reference)
     assert config_lib.read(branch / "config.yaml") == config
-    updates = _rows(reference)[2]["updates"]  # The parent's, at its checkpoint 3.
+    updates = metrics_rows(reference)[2]["updates"]  # The parent's, at its checkpoint 3.
     assert updates == 3
     assert json.loads(copied["branch.json"]) == {
         "parent": str(reference.resolve()), "episode": 3, "updates": updates,
         "changes": [["train.episodes", 3, 5], ["train.updates_per_episode", 3, 1]]}
     assert run_lib.Run(branch, config, read_only=True).branch_point() == (3, updates)
     assert run_lib.branch(reference, branch, config) is None
-    assert _snapshot(branch) == copied and _snapshot(reference) == before
+    assert snapshot(branch) == copied and snapshot(reference) == before
     # A branch.json from before the count was kept: the parent's schedule, from its changes.
     old = tmp_path / "old_branch"
     old.mkdir()
@@ -283,7 +240,7 @@ def test_env_steps_have_one_source(reference):
     from bayes_planet.agent.agent import Agent
 
     agent = Agent(reference, read_only=True)
-    rows = _rows(reference)
+    rows = metrics_rows(reference)
     assert [r["env_steps"] for r in rows] == [agent.env_steps(k + 1) for k in range(len(rows))]
     first, second = agent.replay.episodes()[:2]
     repeat = agent.collector.env.action_repeat
@@ -316,38 +273,40 @@ def test_a_branch_continues_its_parent_exactly_and_a_killed_copy_is_redone(refer
     leaves no run; the same command redoes it, and resumes a finished branch. A branch with a
     change trains on with it from the parent's rows; the parent is never written."""
     parent = tmp_path / "parent"
-    assert _train(parent, "train.episodes=2").returncode == 0
-    before = _snapshot(parent)
+    assert train_debug(parent, "train.episodes=2").returncode == 0
+    before = snapshot(parent)
     branch = tmp_path / "branch"
-    killed = _branch(parent, branch, "train.episodes=3", fault="branch_copy:1")
+    killed = branch_debug(parent, branch, "train.episodes=3", fault="branch_copy:1")
     assert killed.returncode == -9
     assert not branch.exists() and list(tmp_path.glob(".branch.branch-tmp-*"))
-    done = _branch(parent, branch, "train.episodes=3")
+    done = branch_debug(parent, branch, "train.episodes=3")
     assert done.returncode == 0, done.stderr[-3000:]
     assert not list(tmp_path.glob(".branch.branch-tmp-*"))
-    assert _rows(branch) == _rows(reference)
-    a, b = _tensors(_latest_checkpoint(reference)), _tensors(_latest_checkpoint(branch))
+    assert metrics_rows(branch) == metrics_rows(reference)
+    a, b = (checkpoint_tensors(latest_checkpoint(d)) for d in (reference, branch))
     assert sorted(a) == sorted(b)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     copied = branch / "checkpoints" / "ckpt-000002" / "ckpt"  # The parent's, not redone.
-    a, b = _tensors(str(parent / "checkpoints" / "ckpt-000002" / "ckpt")), _tensors(str(copied))
+    a = checkpoint_tensors(str(parent / "checkpoints" / "ckpt-000002" / "ckpt"))
+    b = checkpoint_tensors(str(copied))
     assert sorted(a) == sorted(b)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     record = json.loads((branch / "branch.json").read_text())
     assert record == {"parent": str(parent.resolve()), "episode": 2, "updates": 0,
                       "changes": [["train.episodes", 2, 3]]}
-    again = _branch(parent, branch, "train.episodes=3")  # Resumes the finished branch.
-    assert again.returncode == 0 and _rows(branch) == _rows(reference), again.stderr[-2000:]
+    again = branch_debug(parent, branch, "train.episodes=3")  # Resumes the finished branch.
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert metrics_rows(branch) == metrics_rows(reference)
 
     changed = tmp_path / "changed"
-    result = _branch(parent, changed, "train.episodes=3", "train.updates_per_episode=1")
+    result = branch_debug(parent, changed, "train.episodes=3", "train.updates_per_episode=1")
     assert result.returncode == 0, result.stderr[-3000:]
     assert config_lib.read(changed / "config.yaml").train.updates_per_episode == 1
-    rows = _rows(changed)  # Its own rate from the branch point: 1 update, not 3.
-    assert rows[:2] == _rows(parent) and rows[2]["updates"] == rows[1]["updates"] + 1 == 1
-    assert _snapshot(parent) == before
+    rows = metrics_rows(changed)  # Its own rate from the branch point: 1 update, not 3.
+    assert rows[:2] == metrics_rows(parent) and rows[2]["updates"] == rows[1]["updates"] + 1 == 1
+    assert snapshot(parent) == before
 
 
 def test_a_branch_refuses_other_data_or_model_presets_and_a_used_logdir(reference, tmp_path,
@@ -364,7 +323,7 @@ def test_a_branch_refuses_other_data_or_model_presets_and_a_used_logdir(referenc
     ]
     for sets, extra, message in cases:
         logdir = tmp_path / "new"
-        result = _branch(reference, logdir, *sets, extra=extra)
+        result = branch_debug(reference, logdir, *sets, extra=extra)
         assert result.returncode == 2
         lines = _error_lines(result.stderr)
         assert len(lines) == 1 and message in lines[0], lines
@@ -372,22 +331,22 @@ def test_a_branch_refuses_other_data_or_model_presets_and_a_used_logdir(referenc
     used = tmp_path / "used"
     used.mkdir()
     (used / "notes.txt").write_text("mine")
-    result = _branch(reference, used)
+    result = branch_debug(reference, used)
     assert _error_lines(result.stderr) == [
         f"bayes-planet train: error: Expected an empty or new logdir to branch into. "
         f"Received: logdir={str(used)!r} holds files but no run"]
     assert sorted(p.name for p in used.iterdir()) == ["notes.txt"]
-    result = _branch(reference, reference)
+    result = branch_debug(reference, reference)
     assert _error_lines(result.stderr) == [
         f"bayes-planet train: error: Expected a folder outside the run {str(reference)!r} "
         f"to branch into. Received: logdir={str(reference)!r}"]
-    result = _branch(reference, reference / "branch")
+    result = branch_debug(reference, reference / "branch")
     assert _error_lines(result.stderr) == [
         "bayes-planet train: error: Expected a folder outside any run (only a run's trainer "
         f"writes into it). Received: logdir={str(reference / 'branch')!r} lies inside the run "
         f"{str(reference)!r}"]
     assert not (reference / "branch").exists()
-    missing = _branch(tmp_path / "nothing", tmp_path / "new")
+    missing = branch_debug(tmp_path / "nothing", tmp_path / "new")
     assert _error_lines(missing.stderr) == [
         f"bayes-planet train: error: no run in {tmp_path / 'nothing'} (not a directory)"]
 
@@ -407,24 +366,24 @@ def test_a_run_with_an_old_layout_config_resumes_and_evaluates(reference, tmp_pa
     planner was chosen by name is migrated when read, resumes to the uninterrupted run's
     rows, is never rewritten, and evaluates."""
     logdir = tmp_path / "run"
-    killed = _train(logdir, fault="train:2")
+    killed = train_debug(logdir, fault="train:2")
     assert killed.returncode == -9, killed.stderr[-2000:]
     _old_layout(logdir / "config.yaml")
     old_text = (logdir / "config.yaml").read_text()
     assert {"candidates", "top_k", "iterations"} <= set(yaml.safe_load(old_text)["planner"])
     assert config_lib.read(logdir / "config.yaml") == config_lib.read(reference / "config.yaml")
-    rerun = _train(logdir)
+    rerun = train_debug(logdir)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert _rows(logdir) == _rows(reference)
+    assert metrics_rows(logdir) == metrics_rows(reference)
     assert (logdir / "config.yaml").read_text() == old_text
-    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1")
+    result = run_cli("eval", "--logdir", str(logdir), "--episodes", "1")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "checkpoint 3" in result.stdout
     # A different value in the old layout is still a different config.
     text = old_text.replace("top_k: 4", "top_k: 3")
     assert text != old_text
     (logdir / "config.yaml").write_text(text)
-    refused = _train(logdir)
+    refused = train_debug(logdir)
     assert refused.returncode == 2 and "planner.cem.top_k: 3 -> 4" in refused.stderr, (
         refused.stderr[-2000:])
 
@@ -435,7 +394,7 @@ def test_a_damaged_latest_checkpoint_falls_back_to_an_older_one(reference, tmp_p
     latest = sorted((logdir / "checkpoints").glob("ckpt-*"))[-1]
     for data in latest.glob("ckpt.data-*"):
         data.write_bytes(b"garbage")
-    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1")
+    result = run_cli("eval", "--logdir", str(logdir), "--episodes", "1")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "falling back to an older one" in result.stderr
     assert "checkpoint 2" in result.stdout
@@ -444,37 +403,37 @@ def test_a_damaged_latest_checkpoint_falls_back_to_an_older_one(reference, tmp_p
 def test_a_second_trainer_on_a_locked_logdir_is_refused_and_writes_nothing(reference, tmp_path):
     logdir = tmp_path / "run"
     shutil.copytree(reference, logdir)
-    before = _snapshot(logdir)
+    before = snapshot(logdir)
     # Hold the writer lock exactly as a running trainer does (fcntl.flock on the logdir).
     fd = os.open(logdir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        result = _train(logdir, "train.episodes=4")
+        result = train_debug(logdir, "train.episodes=4")
         assert result.returncode == 2
         assert "in use by another trainer" in result.stderr
         assert "Traceback" not in result.stderr
-        assert _snapshot(logdir) == before
+        assert snapshot(logdir) == before
         # Deleting the pid file does not release the lock (a lock *file* could be deleted).
         (logdir / ".lock").unlink()
-        before = _snapshot(logdir)
-        result = _train(logdir, "train.episodes=4")
+        before = snapshot(logdir)
+        result = train_debug(logdir, "train.episodes=4")
         assert result.returncode == 2 and "in use by another trainer (pid ?)" in result.stderr
-        assert _snapshot(logdir) == before
+        assert snapshot(logdir) == before
     finally:
         os.close(fd)
 
 
 def test_divergence_stops_with_a_message_finite_checkpoint_and_valid_json(tmp_path):
     logdir = tmp_path / "run"
-    result = _train(logdir, "train.learning_rate=1.0e+12", "train.max_nonfinite_steps=2",
-                    "train.episodes=5")
+    result = train_debug(logdir, "train.learning_rate=1.0e+12", "train.max_nonfinite_steps=2",
+                         "train.episodes=5")
     assert result.returncode == 1, (result.returncode, result.stderr[-2000:])
     assert "training diverged" in result.stderr and "Traceback" not in result.stderr
-    _rows(logdir)  # Strict JSON: raises on NaN.
+    metrics_rows(logdir)  # Strict JSON: raises on NaN.
     checkpoints = sorted((logdir / "checkpoints").glob("ckpt-*"))
     assert checkpoints
     for checkpoint in checkpoints:
-        for key, value in _tensors(str(checkpoint / "ckpt")).items():
+        for key, value in checkpoint_tensors(str(checkpoint / "ckpt")).items():
             if np.asarray(value).dtype.kind == "f":
                 assert np.all(np.isfinite(value)), (checkpoint.name, key)
 
@@ -482,9 +441,9 @@ def test_divergence_stops_with_a_message_finite_checkpoint_and_valid_json(tmp_pa
 def test_nonfinite_steps_are_skipped_counted_and_logged(tmp_path):
     """One diverging update, then finite ones: the run finishes and counts the skipped steps."""
     logdir = tmp_path / "run"
-    result = _train(logdir, "train.learning_rate=1.0e+12", "train.max_nonfinite_steps=100")
+    result = train_debug(logdir, "train.learning_rate=1.0e+12", "train.max_nonfinite_steps=100")
     assert result.returncode == 0, result.stderr[-2000:]
-    last = _rows(logdir)[-1]
+    last = metrics_rows(logdir)[-1]
     assert last["nonfinite_steps"] >= 1  # NaN losses are null in the row, not bare NaN.
 
 
@@ -559,7 +518,7 @@ def test_eval_plans_differently_with_set_and_refuses_other_keys(reference, tmp_p
 
     logdir = tmp_path / "run"
     shutil.copytree(reference, logdir)
-    before = _snapshot(logdir)
+    before = snapshot(logdir)
     base = ["eval", "--logdir", str(logdir), "--episodes", "1"]
     outputs = {}
     for sets in ((), ("planner.cem.iterations=1", "planner.warm_start=true")):
@@ -577,7 +536,7 @@ def test_eval_plans_differently_with_set_and_refuses_other_keys(reference, tmp_p
         assert cli.main(base + ["--set", value]) == 2, value
         err = _error_lines(capsys.readouterr().err)
         assert len(err) == 1 and message in err[0], (value, err)
-    assert _snapshot(logdir) == before
+    assert snapshot(logdir) == before
 
 
 def test_eval_with_the_collection_policy_adds_only_its_noise_on_the_same_episodes(
@@ -590,7 +549,7 @@ def test_eval_with_the_collection_policy_adds_only_its_noise_on_the_same_episode
 
     logdir = tmp_path / "run"
     shutil.copytree(reference, logdir)
-    before = _snapshot(logdir)
+    before = snapshot(logdir)
 
     def evaluate(name, *extra):
         out = tmp_path / name
@@ -616,13 +575,13 @@ def test_eval_with_the_collection_policy_adds_only_its_noise_on_the_same_episode
     with pytest.raises(SystemExit) as refused:  # argparse: usage and a one-line error.
         cli.main(["eval", "--logdir", str(logdir), "--policy", "random"])
     assert refused.value.code == 2 and "--policy: invalid choice" in capsys.readouterr().err
-    assert _snapshot(logdir) == before
+    assert snapshot(logdir) == before
 
 
 def test_eval_without_a_checkpoint_is_refused(tmp_path):
     logdir = tmp_path / "run"
-    assert _train(logdir, fault="seed_episode:1").returncode == -9  # Config, no checkpoint.
-    result = _cli("eval", "--logdir", str(logdir), "--episodes", "1")
+    assert train_debug(logdir, fault="seed_episode:1").returncode == -9  # Config, no checkpoint.
+    result = run_cli("eval", "--logdir", str(logdir), "--episodes", "1")
     assert result.returncode == 2
     assert "no checkpoint" in result.stderr and "Traceback" not in result.stderr
 
@@ -630,19 +589,19 @@ def test_eval_without_a_checkpoint_is_refused(tmp_path):
 def test_eval_and_probe_on_a_read_only_run_write_nothing_there(reference, tmp_path):
     logdir = tmp_path / "run"
     shutil.copytree(reference, logdir)
-    before = _snapshot(logdir)
+    before = snapshot(logdir)
     for path in [logdir, *logdir.rglob("*")]:
         path.chmod(0o555 if path.is_dir() else 0o444)
     try:
-        result = _cli("eval", "--logdir", str(logdir), "--episodes", "1", "--video",
-                      "--out", str(tmp_path / "videos"))
+        result = run_cli("eval", "--logdir", str(logdir), "--episodes", "1", "--video",
+                         "--out", str(tmp_path / "videos"))
         assert result.returncode == 0, result.stderr[-2000:]
         assert (tmp_path / "videos" / "eval_cli_0.mp4").stat().st_size > 0
-        result = _cli("probe", "--logdir", str(logdir), "--episodes", "1", "--horizons", "1",
-                      "--out", str(tmp_path / "probe"))
+        result = run_cli("probe", "--logdir", str(logdir), "--episodes", "1", "--horizons", "1",
+                         "--out", str(tmp_path / "probe"))
         assert result.returncode == 0, result.stderr[-2000:]
         assert (tmp_path / "probe" / "probe.json").exists()
-        assert _snapshot(logdir) == before
+        assert snapshot(logdir) == before
     finally:
         for path in [logdir, *logdir.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)

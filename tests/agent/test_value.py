@@ -8,6 +8,7 @@ import tensorflow as tf
 from bayes_planet.agent import config as config_lib
 from bayes_planet.agent.value import lambda_returns
 from bayes_planet.planners import cross_entropy_method
+from tests.agent.conftest import checkpoint_tensors, latest_checkpoint, metrics_rows, train_debug
 
 
 def _reference_lambda_returns(rewards, values, gamma, lam):
@@ -354,20 +355,18 @@ def test_a_config_without_a_value_section_is_planet():
 # -- runs: reproducible and kill-safe with the value model ------------------------------------
 @pytest.mark.slow
 def test_a_value_run_killed_mid_training_resumes_exactly(tmp_path):
-    from tests.agent.test_runs import _latest_checkpoint, _rows, _tensors, _train
-
     sets = ("value.enabled=true", "planner.horizon=2")
-    reference = _train(tmp_path / "reference", *sets)
+    reference = train_debug(tmp_path / "reference", *sets)
     assert reference.returncode == 0, reference.stderr[-3000:]
-    killed = _train(tmp_path / "run", *sets, fault="train:2")
+    killed = train_debug(tmp_path / "run", *sets, fault="train:2")
     assert killed.returncode == -9
-    rerun = _train(tmp_path / "run", *sets)
+    rerun = train_debug(tmp_path / "run", *sets)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    rows = _rows(tmp_path / "reference")
+    rows = metrics_rows(tmp_path / "reference")
     assert "critic_loss" in rows[-1] and "eval_return" in rows[-1]
-    assert _rows(tmp_path / "run") == rows
-    a = _tensors(_latest_checkpoint(tmp_path / "reference"))
-    b = _tensors(_latest_checkpoint(tmp_path / "run"))
+    assert metrics_rows(tmp_path / "run") == rows
+    a = checkpoint_tensors(latest_checkpoint(tmp_path / "reference"))
+    b = checkpoint_tensors(latest_checkpoint(tmp_path / "run"))
     assert any("value" in k for k in a)
     for key in a:
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)

@@ -1,10 +1,7 @@
 """The RSSM world model: shapes, Bayesian = deterministic at zero variance, loss terms,
 learning, and resuming a killed run."""
 
-import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,10 +11,7 @@ from bayes_planet import yaml_config
 from bayes_planet.agent import config as config_lib
 from bayes_planet.agent.rssm import RSSM
 from bayes_planet.agent.world_model import WorldModel, preprocess_image
-
-
-def _debug_config(*overrides):
-    return config_lib.load(["debug"], list(overrides))
+from tests.agent.conftest import debug_config, run_cli
 
 
 def _rssm(**model):
@@ -115,7 +109,7 @@ def test_imagine_takes_the_latent_draws():
 def test_open_loop_on_the_priors_means():
     """``WorldModel.open_loop(latent='mean')``: the observed context is the same, the imagined
     part differs from the sampled one; another latent is a one-line error."""
-    model = WorldModel(_debug_config(), (5,), 1)
+    model = WorldModel(debug_config(), (5,), 1)
     batch, seed = _synthetic_batch((5,)), tf.constant([3, 4])
     truth, sampled = model.open_loop(batch, 3, seed)
     _, mean = model.open_loop(batch, 3, seed, latent="mean")
@@ -167,22 +161,22 @@ def test_obs_stddev_is_the_observation_likelihoods_scale():
     nll = {}
     for sigma in (1.0, 0.1):
         tf.keras.utils.set_random_seed(0)
-        model = WorldModel(_debug_config(f"model.obs_stddev={sigma}"), (5,), 1)
+        model = WorldModel(debug_config(f"model.obs_stddev={sigma}"), (5,), 1)
         nll[sigma] = float(model.loss(batch, seed, 100)[1]["obs_nll"])
     half_log = d / 2 * np.log(2 * np.pi)
     np.testing.assert_allclose(nll[0.1], half_log + d * np.log(0.1) + (nll[1.0] - half_log) / 0.01,
                                rtol=1e-4)
     with pytest.raises(config_lib.ConfigError,
                        match=r"^Expected a positive number\. Received: model.obs_stddev=0.0$"):
-        config_lib.validate(_debug_config("model.obs_stddev=0"))
-    data = _debug_config().to_dict()
+        config_lib.validate(debug_config("model.obs_stddev=0"))
+    data = debug_config().to_dict()
     del data["model"]["obs_stddev"]
     assert config_lib.upgrade(data)["model"]["obs_stddev"] == 1.0
     assert config_lib.load(["planet"]).model.obs_stddev == 1.0
 
 
 def test_free_nats_clip_the_state_kl():
-    model = WorldModel(_debug_config("loss.free_nats=1000.0"), (5,), 1)
+    model = WorldModel(debug_config("loss.free_nats=1000.0"), (5,), 1)
     batch = _synthetic_batch((5,))
     seed = tf.constant([0, 1])
     loss, m = model.loss(batch, seed, 100)
@@ -197,7 +191,7 @@ def test_free_nats_clip_the_state_kl():
     grads = tape.gradient(clipped, model.rssm.post_stats.trainable_variables)
     assert all(g is None or float(tf.reduce_max(tf.abs(g))) == 0.0 for g in grads)
     # Without free nats the KL enters the loss as is.
-    model0 = WorldModel(_debug_config("loss.free_nats=0.0"), (5,), 1)
+    model0 = WorldModel(debug_config("loss.free_nats=0.0"), (5,), 1)
     loss0, m0 = model0.loss(batch, seed, 100)
     expected0 = m0["obs_nll"] + 10.0 * m0["reward_nll"] + m0["state_kl"] + m0["weight_kl"] / 100
     np.testing.assert_allclose(float(loss0), float(expected0), rtol=1e-5)
@@ -205,7 +199,7 @@ def test_free_nats_clip_the_state_kl():
 
 def test_a_few_training_steps_lower_the_loss():
     """Learnable synthetic sequences (sines); 60 Adam steps at lr 3e-3."""
-    model = WorldModel(_debug_config("train.learning_rate=0.003"), (5,), 1)
+    model = WorldModel(debug_config("train.learning_rate=0.003"), (5,), 1)
     t = np.arange(8)[None, :, None] + np.arange(4)[:, None, None]
     obs = np.sin(0.5 * t * np.arange(1, 6)).astype(np.float32)
     batch = {"obs": tf.constant(obs), "action": tf.zeros([4, 8, 1]),
@@ -245,8 +239,8 @@ def test_reward_prediction_beats_the_mean_on_held_out_random_episodes():
 
     train, test = [episode() for _ in range(16)], [episode() for _ in range(4)]
     env.close()
-    config = _debug_config("model.deter=32", "model.stoch=8", "model.hidden=32",
-                           "model.mlp_units=64", "loss.free_nats=1.0")
+    config = debug_config("model.deter=32", "model.stoch=8", "model.hidden=32",
+                          "model.mlp_units=64", "loss.free_nats=1.0")
     model = WorldModel(config, (train[0][0].shape[-1],), 1)
     stack = lambda eps: {  # noqa: E731
         "obs": tf.constant(np.stack([e[0] for e in eps])),
@@ -269,13 +263,9 @@ def test_reward_prediction_beats_the_mean_on_held_out_random_episodes():
 
 
 def _run(logdir, episodes, fault=None):
-    cmd = [sys.executable, "-m", "bayes_planet.agent.cli", "train", "--preset", "debug",
-           "--logdir", str(logdir), "--quiet", "--set", f"train.episodes={episodes}"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    env.pop("BAYES_PLANET_FAULT", None)
-    if fault:
-        env["BAYES_PLANET_FAULT"] = fault  # SIGKILL at a named point (bayes_planet.agent.faults).
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    """A debug run of ``episodes`` episodes (with its eval videos) in a fresh process."""
+    return run_cli("train", "--preset", "debug", "--logdir", str(logdir), "--quiet",
+                   "--set", f"train.episodes={episodes}", fault=fault)
 
 
 def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
@@ -315,9 +305,8 @@ def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
 def test_a_logdir_from_a_different_config_is_refused(tmp_path):
     logdir = tmp_path / "run"
     yaml_config.write(config_lib.load(["debug"]), logdir / "config.yaml")
-    result = subprocess.run(
-        [sys.executable, "-m", "bayes_planet.agent.cli", "train", "--preset", "debug", "--logdir",
-         str(logdir), "--set", "train.batch_size=2"], capture_output=True, text=True, timeout=300)
+    result = run_cli("train", "--preset", "debug", "--logdir", str(logdir),
+                     "--set", "train.batch_size=2", timeout=300)
     assert result.returncode == 2
     assert "different config" in result.stderr and "batch_size" in result.stderr
     assert "Traceback" not in result.stderr
@@ -344,7 +333,7 @@ def test_rssm_reads_its_config_section():
         assert (rssm.deter_size, rssm.stoch_size, rssm.min_stddev, rssm.estimator) == (
             model.deter, model.stoch, model.min_stddev, "flipout")
         assert rssm.transition_in.units == model.hidden
-    world = WorldModel(_debug_config(), (5,), 1)
+    world = WorldModel(debug_config(), (5,), 1)
     assert (world.rssm.deter_size, world.rssm.stoch_size) == (model.deter, model.stoch)
 
 

@@ -9,13 +9,13 @@ import tensorflow as tf
 
 from bayes_planet.agent import config as config_lib
 from bayes_planet.agent.world_model import WorldModel
+from tests.agent.conftest import debug_config
 
 _OVERRIDES = ("loss.free_nats=0.0", "model.estimator=deterministic")
 
 
 def _model(*overrides):
-    config = config_lib.load(["debug"], [*_OVERRIDES, *overrides])
-    return WorldModel(config, (5,), 2)
+    return WorldModel(debug_config(*_OVERRIDES, *overrides), (5,), 2)
 
 
 def _batch(seed=0):
