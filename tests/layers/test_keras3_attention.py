@@ -3,7 +3,7 @@ phase 2): a `build_transformer` model trains with ``fit`` (its KL terms in ``mod
 saves to ``.keras`` and reloads in a fresh process with identical posterior-mean predictions.
 
 Skipped on Keras 2 (TF 2.15, the agent's stack), where test_attention.py and
-test_rank1_attention.py cover the same layers.
+ensemble/test_attention.py cover the same layers.
 """
 
 import numpy as np

@@ -2,8 +2,8 @@
 model trains with ``fit``, saves to ``.keras``, and a fresh process loads it with the same
 outputs (log-densities for the flow) to within 1e-6.
 
-Skips on Keras 2 (TF 2.15), where test_flows.py and test_ensembles.py check the same saves
-in-process.
+Skips on Keras 2 (TF 2.15), where test_flows.py and ensemble/test_models.py check the same
+saves in-process.
 """
 
 import os

@@ -1,7 +1,7 @@
 """Ensemble layers under `MirroredStrategy` and ensemble models reloaded in a fresh process.
 
 MirroredStrategy (2 logical CPUs, `distribute.set_logical_cpus`) needs a fresh process, so
-the checks run this file as a script (``python tests/layers/ensemble/test_ensemble_strategy.py COMMAND``,
+the checks run this file as a script (``python tests/layers/ensemble/test_strategy.py COMMAND``,
 as `tests/layers/_distribute_scripts.py` is run by test_distribute.py) and compare what it prints.
 
 The batch convention under a strategy is edward2's and uncertainty-baselines': each
@@ -19,7 +19,7 @@ fresh process loads them and predicts, and its predictions equal the parent's ne
 (same weights and noise counters).
 
 Default run: the dense layers' mirrored step (one subprocess, ~10-30 s); ``-m slow`` adds
-the convolutions' (~50 s) and the fresh-process reload (~60 s; test_ensembles.py checks the
+the convolutions' (~50 s) and the fresh-process reload (~60 s; test_models.py checks the
 same save/load in-process by default).
 """
 
@@ -200,7 +200,7 @@ def _wrappers():
             "MonteCarloModel": bl.mc_dropout(dropout_net, 4, seed=5)}
 
 
-@pytest.mark.slow  # about a minute; test_ensembles.py checks the same save/load in-process
+@pytest.mark.slow  # about a minute; test_models.py checks the same save/load in-process
 def test_ensemble_models_reload_in_a_fresh_process_with_identical_predictions(tmp_path):
     from bayes_planet._keras import keras
     rng = np.random.default_rng(1)
