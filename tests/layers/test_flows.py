@@ -1,11 +1,6 @@
-"""Reversible layers: inverses, log-determinants against autodiff Jacobians, densities
-that integrate to one, RevNet gradients and memory."""
-
-import json
-import os
-import subprocess
-import sys
-import textwrap
+"""Normalizing flows (`bayes_planet.layers.flows`): inverses, log-determinants against autodiff
+Jacobians, densities that integrate to one, MADE's autoregressive order; the contract of every
+reversible layer, RevNet's too (RevNet's gradients and memory: test_revnet.py)."""
 
 import numpy as np
 import pytest
@@ -16,13 +11,9 @@ from bayes_planet._keras import KERAS3, keras
 from bayes_planet.layers.flows import MADE, ActNorm, Permutation, RealNVP, Reverse
 from bayes_planet.layers.random_variable import RandomVariable
 from bayes_planet.layers.revnet import RevNetBlock, RevNetSequence
-from bayes_planet.layers.testing import run_layer_test
+from bayes_planet.layers.testing import normal_array, run_layer_test
 
 tfd = tfp.distributions
-
-
-def _x(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
 def _randomize(layer, scale=0.5, seed=0):
@@ -61,7 +52,7 @@ def _flows(dim):
 
 def _built(name, dim=4, seed=0):
     layer = _flows(dim)[name]
-    x = _x(16, dim, seed=seed) * 2.0 + 1.0
+    x = normal_array(16, dim, seed=seed) * 2.0 + 1.0
     layer(x)  # builds (and data-initializes ActNorm)
     return _randomize(layer, seed=seed), x
 
@@ -90,7 +81,7 @@ def test_sequential_flow_density_integrates_to_one_on_a_grid():
     flow = keras.Sequential([ActNorm(), RealNVP([16]), Permutation("reverse"),
                              RealNVP(MADE([16], seed=1)), RealNVP([16], reverse_mask=True)])
     flow.build((None, 2))
-    data = _x(200, 2) * [0.7, 0.4] + [0.3, -0.2]
+    data = normal_array(200, 2) * [0.7, 0.4] + [0.3, -0.2]
     flow.layers[0].reverse(data)  # data-dependent init in the generative direction
     for i, layer in enumerate(flow.layers[1:]):
         _randomize(layer, scale=0.3, seed=i)
@@ -109,7 +100,7 @@ def test_sequential_flow_density_integrates_to_one_on_a_grid():
     mass = density.sum() * (edge[1] - edge[0]) ** 2
     np.testing.assert_allclose(mass, 1.0, atol=0.01)
     # The Sequential acts as the composition: log p(y) = log N(z) - sum log|det|.
-    y = _x(7, 2, seed=3)
+    y = normal_array(7, 2, seed=3)
     z, log_det = y, 0.0
     for layer in reversed(flow.layers):
         z = layer.reverse(z)
@@ -122,7 +113,7 @@ def test_sequential_flow_density_integrates_to_one_on_a_grid():
 
 def test_one_dimensional_density_integrates_to_one():
     layer = ActNorm()
-    layer(_x(64, 1) * 3.0 + 2.0)  # forward data init
+    layer(normal_array(64, 1) * 3.0 + 2.0)  # forward data init
     out = layer(RandomVariable(tfd.Normal(0.0, 1.0)[None, None]))
     grid = np.linspace(-20, 20, 4001, dtype=np.float32)[:, None]
     mass = np.exp(out.distribution.log_prob(grid).numpy()).sum() * (grid[1, 0] - grid[0, 0])
@@ -148,7 +139,7 @@ def test_reverse_needs_a_reverse_method():
 
 
 def test_actnorm_data_init_standardizes_the_first_batch_direction():
-    data = _x(256, 3) * [1.0, 5.0, 0.1] + [3.0, -2.0, 0.5]
+    data = normal_array(256, 3) * [1.0, 5.0, 0.1] + [3.0, -2.0, 0.5]
     gen = ActNorm()
     gen.build((None, 3))
     noise = gen.reverse(data).numpy()  # generative flow: init on reverse(data)
@@ -171,7 +162,7 @@ def test_actnorm_data_init_standardizes_the_first_batch_direction():
 @pytest.mark.parametrize("order", ["left-to-right", "right-to-left", "random", [2, 0, 4, 1, 3]])
 def test_made_is_autoregressive(order):
     made = MADE([32, 32], units=3, order=order, seed=5)
-    x = tf.constant(_x(2, 5))
+    x = tf.constant(normal_array(2, 5))
     with tf.GradientTape() as tape:
         tape.watch(x)
         y = made(x)
@@ -181,128 +172,6 @@ def test_made_is_autoregressive(order):
     np.testing.assert_array_equal(jac[~allowed], 0.0)
     assert (jac[allowed] > 0).mean() > 0.9  # and it does use the allowed inputs
     assert y.shape == (2, 5, 3)
-
-
-def _grads(fn, x, variables):
-    with tf.GradientTape() as tape:
-        tape.watch(x)
-        loss = tf.reduce_sum(tf.sin(fn(x)) * tf.range(1.0, 9.0))
-    return tape.gradient(loss, [x] + variables)
-
-
-@pytest.mark.parametrize("compiled", [False, True])
-def test_revnet_gradients_equal_standard_backprop(compiled):
-    blocks = [RevNetBlock(hidden_units=32) for _ in range(3)]
-    stack = RevNetSequence(blocks)
-    x = tf.constant(_x(16, 8))
-    stack(x)
-
-    def plain(t):
-        for block in blocks:
-            t = block._step(t)  # ordinary ops, ordinary backprop
-        return t
-
-    def chain(t):
-        for block in blocks:
-            t = block(t)  # per-block custom gradient
-        return t
-
-    variables = stack.trainable_variables
-    assert len(variables) == 3 * 2 * 4
-
-    def grads(fn):  # closes over the variables (a Keras 3 variable passed to a tf.function
-        return _grads(fn, x, variables)  # as an argument is traced as a tensor)
-
-    run = tf.function(grads) if compiled else grads
-    reference = _grads(plain, x, variables)
-    for fn in (stack, chain):
-        for ref, got in zip(reference, run(fn), strict=True):
-            np.testing.assert_allclose(got, ref, atol=1e-5)
-
-
-def test_revnet_traced_training_step_is_reproducible_and_exact():
-    """A freshly traced SGD step (gradient + update in one tf.function) from the same
-    weights applies the same update every time, and equals ordinary backprop's update:
-    the recomputation reads every weight before the optimizer writes any (a race that
-    once gave a different update in ~1 trace out of 10)."""
-    x, y = tf.constant(_x(8, 6)), tf.constant(_x(8, 6, seed=1))
-    tf.keras.utils.set_random_seed(0)
-    layer = RevNetSequence(num_blocks=2, hidden_units=8)
-    model = keras.Sequential([keras.Input((6,)), layer])
-    start = [v.numpy() for v in layer.trainable_variables]
-
-    def updated(fn):
-        for v, a in zip(layer.trainable_variables, start, strict=True):
-            v.assign(a)
-        optimizer = keras.optimizers.SGD(0.5)
-
-        @tf.function
-        def step():
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_mean(tf.square(fn(x) - y))
-            grads = tape.gradient(loss, layer.trainable_variables)
-            optimizer.apply_gradients(zip(grads, layer.trainable_variables, strict=True))
-            return loss  # (with an output, the race showed in ~1 of 6 traces without the fix)
-
-        step()
-        return np.concatenate([v.numpy().ravel() for v in layer.trainable_variables])
-
-    reference = updated(layer._step)  # ordinary backprop
-    results = [updated(model) for _ in range(24)]
-    for got in results:
-        np.testing.assert_array_equal(got, results[0])
-    np.testing.assert_allclose(results[0], reference, atol=1e-5)
-
-
-_MEMORY_SCRIPT = textwrap.dedent("""
-    import json, os
-    os.environ["TF_CPU_ALLOCATOR_USE_BFC"] = "true"  # CPU memory stats need the BFC allocator
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    import tensorflow as tf
-    from bayes_planet.layers.revnet import RevNetBlock, RevNetSequence
-
-    def peak_mib(kind, depth, batch=256, dim=16, hidden=512):
-        tf.keras.utils.set_random_seed(0)
-        x = tf.random.normal([batch, 2 * dim])
-        if kind == "sequence":
-            model = RevNetSequence(num_blocks=depth, hidden_units=hidden)
-        else:
-            model = tf.keras.Sequential([RevNetBlock(hidden_units=hidden,
-                                                     recompute=kind == "blocks")
-                                         for _ in range(depth)])
-        model(x)
-        def step():
-            with tf.GradientTape() as tape:
-                loss = tf.reduce_sum(model(x))
-            return tape.gradient(loss, model.trainable_variables)
-        step()
-        tf.config.experimental.reset_memory_stats("CPU:0")
-        base = tf.config.experimental.get_memory_info("CPU:0")["current"]
-        step()
-        return (tf.config.experimental.get_memory_info("CPU:0")["peak"] - base) / 2**20
-
-    print(json.dumps({k: [peak_mib(k, d) for d in (2, 12)]
-                      for k in ("plain", "blocks", "sequence")}))
-""")
-
-
-def test_revnet_peak_memory_does_not_grow_like_a_plain_residual_stack():
-    """Peak bytes allocated by TF's CPU allocator during one eager forward+backward.
-
-    Measured in a subprocess (the BFC allocator, which keeps the statistics, must be
-    chosen before TensorFlow starts). Per block, plain backprop keeps the hidden
-    activations of f and g (2 x 256 x 512 floats = 1 MiB); RevNetBlock keeps only
-    its output (256 x 32 floats = 32 KiB); RevNetSequence keeps only the final output.
-    Weight gradients (0.13 MiB per block) are part of every peak.
-    """
-    result = subprocess.run([sys.executable, "-c", _MEMORY_SCRIPT], capture_output=True,
-                            text=True, timeout=300, env=dict(os.environ))
-    assert result.returncode == 0, result.stderr[-2000:]
-    peaks = json.loads(result.stdout.strip().splitlines()[-1])
-    growth = {k: (v[1] - v[0]) / 10 for k, v in peaks.items()}  # MiB per extra block
-    assert growth["plain"] > 1.0, peaks
-    assert growth["blocks"] < 0.3 * growth["plain"], peaks
-    assert growth["sequence"] < 0.3 * growth["plain"], peaks
 
 
 def test_realnvp_log_prob_uses_one_network_pass_and_matches_two():

@@ -1,4 +1,5 @@
-"""Stochastic output layers: contract, log-probabilities against tfp, composition."""
+"""Stochastic output layers (`bayes_planet.layers.outputs`): contract, log-probabilities against
+tfp, composition. The vector quantizer: test_vq.py."""
 
 import os
 import tempfile
@@ -21,14 +22,10 @@ from bayes_planet.layers.outputs import (
     negative_log_likelihood,
 )
 from bayes_planet.layers.random_variable import RandomVariable
-from bayes_planet.layers.testing import run_layer_test
-from bayes_planet.layers.vq import VectorQuantizer, codebook_usage
+from bayes_planet.layers.testing import normal_array, run_layer_test
+from bayes_planet.layers.vq import VectorQuantizer
 
 tfd = tfp.distributions
-
-
-def _x(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape).astype("float32")
 
 
 def _dense(layer, x):
@@ -51,16 +48,8 @@ def test_contract(cls, kwargs, out_shape, trainable):
                    expected_num_non_trainable_weights=1)  # the seed counter
 
 
-@pytest.mark.parametrize("ema, trainable, non_trainable", [(False, 1, 0), (True, 0, 3)])
-def test_vector_quantizer_contract(ema, trainable, non_trainable):
-    run_layer_test(VectorQuantizer, {"num_codes": 5, "ema": ema}, (4, 3, 6),
-                   expected_output_shape=(4, 3, 6), expected_num_trainable_weights=trainable,
-                   expected_num_non_trainable_weights=non_trainable, expected_num_losses=1,
-                   equal_initial_weights=[("codebook", "ema_sum")])  # The EMA starts there.
-
-
 def test_normal_log_prob_matches_tfp():
-    x, y = _x(5, 6), _x(5, 3, seed=1)
+    x, y = normal_array(5, 6), normal_array(5, 3, seed=1)
     rv = Normal(seed=1)(x)
     loc, raw = x[:, :3], x[:, 3:]
     ref = tfd.Independent(tfd.Normal(loc, tf.nn.softplus(raw) + 1e-3), 1)
@@ -84,7 +73,7 @@ def test_normal_log_prob_matches_tfp():
 
 
 def test_bernoulli_and_categorical_log_prob_match_tfp():
-    x = _x(6, 4)
+    x = normal_array(6, 4)
     y = (np.random.default_rng(1).random((6, 4)) > 0.5).astype("float32")
     rv = Bernoulli(seed=0)(x)
     ref = tfd.Independent(tfd.Bernoulli(logits=x), 1)
@@ -104,7 +93,7 @@ def test_bernoulli_and_categorical_log_prob_match_tfp():
     (MixtureNormal, tfd.Normal, stats.norm.logpdf),
 ])
 def test_mixture_log_prob_matches_tfp_and_closed_form(cls, component, ref_logpdf):
-    x, y = _x(5, 7), _x(5, 2, seed=1)
+    x, y = normal_array(5, 7), normal_array(5, 2, seed=1)
     layer = cls(units=2, num_components=3, seed=0)
     rv = layer(x)
     params = _dense(layer, x).reshape(5, 2, 9)
@@ -157,7 +146,7 @@ def test_discretize_probabilities_sum_to_one_and_match_cdf():
 
 
 def test_discretize_matches_tfp_quantized_distribution():
-    loc, scale = _x(3, 4) * 3.0 + 5.0, np.exp(_x(3, 4, seed=1))
+    loc, scale = normal_array(3, 4) * 3.0 + 5.0, np.exp(normal_array(3, 4, seed=1))
     levels = np.random.default_rng(2).integers(0, 12, (3, 4)).astype("float32")
     rv = Discretize(num_bins=12, seed=0)(RandomVariable(tfd.Normal(loc, scale)))
     # tfp quantizes Y = ceil(X) (bins (k-1, k], tails folded into low/high); a shift
@@ -184,19 +173,19 @@ def test_discretize_matches_normal_cdf_and_tail_underflow_is_finite():
 
 
 def test_seeded_samples_are_reproducible():
-    x = _x(3, 4)
+    x = normal_array(3, 4)
     a, b = Normal(seed=7), Normal(seed=7)
     first_a, first_b = a(x).numpy(), b(x).numpy()
     np.testing.assert_array_equal(first_a, first_b)
     assert not np.allclose(a(x).numpy(), first_a)  # the counter moves on
     mix = MixtureLogistic(None, num_components=2, event_ndims=0, seed=3)
-    x6 = _x(8, 6)
+    x6 = normal_array(8, 6)
     np.testing.assert_array_equal(mix(x6).numpy(),
                                   MixtureLogistic(None, 2, event_ndims=0, seed=3)(x6).numpy())
 
 
 def test_straight_through_gradients():
-    logits = tf.constant(_x(4, 3))
+    logits = tf.constant(normal_array(4, 3))
     with tf.GradientTape() as tape:
         tape.watch(logits)
         value = tf.convert_to_tensor(Bernoulli(seed=0)(logits))
@@ -240,7 +229,7 @@ def test_functional_discretized_mixture_model_fits_and_saves():
 
 
 def test_vae_style_kl_from_output_layer():
-    rv = Normal(seed=0)(_x(5, 4))
+    rv = Normal(seed=0)(normal_array(5, 4))
     prior = tfd.Normal(0.0, 1.0)
     kl = rv.kl_divergence(tfd.Independent(tfd.Normal(tf.zeros([5, 2]), prior.scale), 1))
     loc, scale = rv.mean().numpy(), rv.stddev().numpy()
@@ -248,45 +237,6 @@ def test_vae_style_kl_from_output_layer():
     np.testing.assert_allclose(kl, closed, rtol=1e-5)
     # Fig. 6's `encoding.kl_divergence(Normal(0., 1.))`: elementwise, summed over the event.
     np.testing.assert_allclose(rv.kl_divergence(prior), closed, rtol=1e-5)
-
-
-def test_vector_quantizer_losses_straight_through_and_usage():
-    vq = VectorQuantizer(4, commitment_cost=0.25)
-    x = tf.constant(_x(6, 3))
-    w = tf.constant(_x(6, 3, seed=2))
-    with tf.GradientTape(persistent=True) as tape:
-        tape.watch(x)
-        out = tf.convert_to_tensor(vq(x))
-        loss = tf.reduce_sum(out * w)
-        penalty = tf.add_n(vq.losses)
-    codes = vq.encode(x).numpy()
-    book = vq.codebook.numpy()
-    dists = ((x.numpy()[:, None, :] - book[None]) ** 2).sum(-1)
-    np.testing.assert_array_equal(codes, dists.argmin(-1))
-    np.testing.assert_allclose(out, book[codes], rtol=1e-6)
-    # Straight-through: the encoder receives the decoder's gradient unchanged.
-    np.testing.assert_allclose(tape.gradient(loss, x), w, rtol=1e-6)
-    mse = np.mean((x.numpy() - book[codes]) ** 2)
-    np.testing.assert_allclose(penalty, 1.25 * mse, rtol=1e-5)
-    grad_book = tf.convert_to_tensor(tape.gradient(penalty, vq.codebook)).numpy()
-    assert np.abs(grad_book[np.unique(codes)]).sum() > 0
-    unused = np.setdiff1d(np.arange(4), codes)
-    np.testing.assert_array_equal(grad_book[unused], 0.0)
-    used, perplexity = codebook_usage(np.array([0, 0, 1, 1]), 4)
-    np.testing.assert_allclose([used, perplexity], [0.5, 2.0], rtol=1e-6)
-    np.testing.assert_array_equal(vq(x).distribution.entropy(), 0.0)  # a point mass
-
-
-def test_vector_quantizer_ema_moves_codes_to_assigned_means():
-    vq = VectorQuantizer(3, ema=True, decay=0.0, epsilon=1e-9)
-    x = tf.constant(_x(20, 2))
-    vq(x)  # builds; no update outside training
-    codes = vq.encode(x).numpy()
-    vq(x, training=True)
-    for k in np.unique(codes):
-        np.testing.assert_allclose(vq.codebook.numpy()[k], x.numpy()[codes == k].mean(0),
-                                   rtol=1e-4, atol=1e-6)
-    assert len(vq.trainable_weights) == 0 and len(vq.losses) == 1
 
 
 @pytest.mark.parametrize("cls, kwargs, match", [
@@ -304,7 +254,7 @@ def test_bad_arguments_are_named(cls, kwargs, match):
 
 def test_normal_predicted_scale_needs_even_inputs():
     with pytest.raises(ValueError, match="even"):
-        Normal()(_x(2, 3))
+        Normal()(normal_array(2, 3))
 
 
 @pytest.mark.parametrize("target_shape", [(16,), (16, 1)])
@@ -312,8 +262,8 @@ def test_the_log_prob_loss_matches_the_targets_rank_as_keras_losses_do(target_sh
     """A (B, 1) Normal prediction with (B,) or (B, 1) targets: the compiled loss is the mean of
     -log p(y_b) over the B examples, on both stacks (Keras 3 matched no ranks: log_prob of (B,)
     targets broadcast to [B, B]); the same targets and prediction as Keras' own MSE accepts."""
-    x = _x(16, 2)
-    y = _x(16, seed=1).reshape(target_shape)
+    x = normal_array(16, 2)
+    y = normal_array(16, seed=1).reshape(target_shape)
     model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1),
                               Normal(scale=0.5, seed=0)])
     model.compile(loss=negative_log_likelihood)
