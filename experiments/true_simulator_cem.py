@@ -22,7 +22,7 @@ Simulators (``--simulator``):
 * ``rollout`` (tasks in ``VECTORIZED_REWARDS``): all candidates stepped by
   ``mujoco.rollout`` (C, one thread per ``--threads``) from the same full physics state, then
   the task's reward evaluated on the whole batch of states with dm_control's own
-  ``rewards.tolerance``. Same numbers as ``loop`` (checked in ``tests/planners/test_planners.py``),
+  ``rewards.tolerance``. Same numbers as ``loop`` (checked in ``tests/scripts/test_true_simulator_cem.py``),
   several times faster. ``auto`` (default) picks ``rollout`` when available.
 
 Writes ``results.json`` (settings, per-episode returns, timings) into ``--out``.

@@ -1,9 +1,9 @@
 """Shared pytest configuration: quiet TensorFlow, deterministic seeds per test, and
 clean skips of the agent's tests on a layers-only install.
 
-The skips are here, not in tests/agent/, because tests elsewhere (of the scripts, the envs,
-the planners) import the agent too. The agent tests' fixtures and helpers:
-tests/agent/conftest.py."""
+These skips are here, not in tests/agent/, because tests elsewhere (of the scripts, the envs,
+the planners) import the agent too; tests/agent/conftest.py holds the agent tests' fixtures and
+helpers, and skips those of its tests that import no agent code."""
 
 import os
 
@@ -26,7 +26,8 @@ AGENT_EXTRA_INSTALLED = agent_extra_installed()
 import tensorflow as tf  # noqa: E402  isort: skip
 
 tf.config.experimental.enable_op_determinism()
-_SKIP_REASON = "the 'agent' extra is not installed (pip install -e '.[agent]', Python 3.10-3.11)"
+AGENT_SKIP_REASON = ("the 'agent' extra is not installed (pip install -e '.[agent]', "
+                     "Python 3.10-3.11)")
 
 
 def _needs_agent_extra(exc):
@@ -58,7 +59,7 @@ def pytest_make_collect_report(collector):
     except collector.CollectError as e:
         if not AGENT_EXTRA_INSTALLED and _needs_agent_extra(e.__cause__):
             return pytest.CollectReport(collector.nodeid, "skipped",
-                                        (str(collector.path), 0, f"Skipped: {_SKIP_REASON}"),
+                                        (str(collector.path), 0, f"Skipped: {AGENT_SKIP_REASON}"),
                                         [])
     except NotPortedError as e:  # not an import error: pytest does not wrap it
         return pytest.CollectReport(collector.nodeid, "skipped",
@@ -89,7 +90,7 @@ def pytest_runtest_makereport(item, call):
             and (_needs_agent_extra(call.excinfo.value)
                  or f"{MissingExtraError.__module__}.MissingExtraError:" in str(report.longrepr))):
         report.outcome = "skipped"
-        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {_SKIP_REASON}")
+        report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {AGENT_SKIP_REASON}")
     elif call.excinfo is not None and report.failed:
         # Here, or in a subprocess on Keras 3 (a cross-stack test) whose traceback it reports.
         not_ported = _not_ported(call.excinfo.value) if KERAS3 else None

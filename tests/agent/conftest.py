@@ -1,9 +1,11 @@
 """The agent tests' shared fixtures and helpers: debug runs (in this process or a fresh one),
-what a test reads back from a run directory, and the CLI's one-line errors.
+what a test reads back from a run directory, and the CLI's one-line errors; and their skip
+without the agent extra.
 
 The test modules import the helpers (``from tests.agent.conftest import ...``). The agent is
-imported only inside them, so this file loads on a layers-only install too, where the agent's
-test modules are skipped (tests/conftest.py).
+imported only inside them, so this file loads on a layers-only install too. There a test
+module that imports the agent is skipped as it is collected (tests/conftest.py); `_agent_extra`
+skips the others, which run the agent only in a fresh process.
 """
 
 import json
@@ -13,6 +15,8 @@ import subprocess
 import sys
 
 import pytest
+
+from tests.conftest import AGENT_EXTRA_INSTALLED, AGENT_SKIP_REASON
 
 #: ``train``'s arguments of a debug run: the debug preset, quiet, no videos.
 DEBUG_ARGS = ["--preset", "debug", "--quiet", "--set", "eval.video=false"]
@@ -114,6 +118,13 @@ def one_error_line(capsys, *needles):
     for needle in needles:
         assert needle in err[0], err
     return err[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _agent_extra():
+    """Every test here needs the agent extra (module scope: before any module fixture)."""
+    if not AGENT_EXTRA_INSTALLED:
+        pytest.skip(AGENT_SKIP_REASON)
 
 
 @pytest.fixture(scope="module")

@@ -102,14 +102,25 @@ def test_the_yaml_loader_names_the_missing_extra_without_pyyaml():
 
 
 def test_agent_test_modules_skip_with_the_reason_without_the_extra():
-    """conftest turns "the agent extra is missing" into a skip that says so (and only that)."""
+    """conftest turns "the agent extra is missing" into a skip that says so (and only that):
+    of a module that imports the agent, as it is collected; of the agent's tests that run it
+    only in a fresh process (tests/agent/test_cli.py), before they start."""
     result = _python(
         "import pytest\n"
         "sys.exit(pytest.main(['-q', '-rs', '--co', '-p', 'no:cacheprovider', "
-        "'tests/agent/test_agent.py']))\n", hide=("tf_agents",))
+        "'tests/agent/test_policy.py']))\n", hide=("tf_agents",))
     assert result.returncode == 5, result.stdout + result.stderr  # nothing collected, no error
-    assert "SKIPPED [1] tests/agent/test_agent.py" in result.stdout
+    assert "SKIPPED [1] tests/agent/test_policy.py" in result.stdout
     assert "the 'agent' extra is not installed" in result.stdout
+    result = _python(
+        "import pytest\n"
+        "sys.exit(pytest.main(['-q', '-rs', '-p', 'no:cacheprovider', "
+        "'tests/agent/test_cli.py']))\n", hide=("tf_agents",))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "6 skipped" in result.stdout and "passed" not in result.stdout, result.stdout
+    skips = [line for line in result.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert skips and all("tests/agent/test_cli.py" in line
+                         and "the 'agent' extra is not installed" in line for line in skips), skips
 
 
 def test_base_dependencies_exclude_the_agent_extra():

@@ -1,4 +1,5 @@
-"""Experiment scripts: calibration.py and agents.py (metrics, presets, debug runs end to end)."""
+"""experiments/agents.py: the grid (names, commands, priors, presets and the archives that fill
+their cells, validation), its backends, its launches, and its debug preset end to end."""
 
 import json
 import math
@@ -8,95 +9,10 @@ import pytest
 
 from tests.scripts import _experiments
 
-_load = _experiments.load
-
-
-@pytest.fixture(scope="module")
-def calibration():
-    return _load("calibration")
-
 
 @pytest.fixture(scope="module")
 def agents():
-    return _load("agents")
-
-
-# ---------------------------------------------------------------- calibration metrics
-def test_ece_on_a_hand_computed_example(calibration):
-    probs = np.array([[0.9, 0.05, 0.05],    # confidence 0.9, correct  -> bin (0.8, 1.0]
-                      [0.1, 0.9, 0.0],      # confidence 0.9, wrong    -> bin (0.8, 1.0]
-                      [0.7, 0.2, 0.1],      # confidence 0.7, correct  -> bin (0.6, 0.8]
-                      [0.35, 0.45, 0.2]])   # confidence 0.45, wrong   -> bin (0.4, 0.6]
-    labels = np.array([0, 0, 0, 2])
-    # (2 |0.5 - 0.9| + 1 |1 - 0.7| + 1 |0 - 0.45|) / 4 = (0.8 + 0.3 + 0.45) / 4
-    assert calibration.expected_calibration_error(probs, labels, bins=5) == pytest.approx(
-        0.3875, abs=1e-12)
-    count, acc_sum, conf_sum = calibration.reliability_bins(probs, labels, bins=5)
-    assert count.tolist() == [0, 0, 1, 1, 2]
-    assert acc_sum.tolist() == [0, 0, 0, 1, 1]
-    # Calibrated: confidence 0.75 and 3 of 4 right -> ECE 0; always-right at 0.75 -> 0.25.
-    calibrated = np.tile([[0.75, 0.25]], (4, 1))
-    assert calibration.expected_calibration_error(calibrated, np.array([0, 0, 0, 1])) == (
-        pytest.approx(0.0, abs=1e-12))
-    assert calibration.expected_calibration_error(calibrated, np.zeros(4, int)) == (
-        pytest.approx(0.25))
-
-
-def test_entropy_mutual_information_and_auroc(calibration):
-    agree = np.tile([[[0.5, 0.5]]], (3, 1, 1))            # [S, N, C], samples agree
-    disagree = np.array([[[1.0, 0.0]], [[0.0, 1.0]]])     # confident, opposite
-    assert calibration.entropy(agree[0])[0] == pytest.approx(math.log(2))
-    assert calibration.mutual_information(agree)[0] == pytest.approx(0.0, abs=1e-9)
-    assert calibration.mutual_information(disagree)[0] == pytest.approx(math.log(2), abs=1e-6)
-    assert calibration.auroc([0.1, 0.2], [0.3, 0.4]) == 1.0
-    assert calibration.auroc([0.3, 0.4], [0.1, 0.2]) == 0.0
-    assert calibration.auroc([1.0, 1.0], [1.0, 1.0]) == 0.5
-
-
-def test_calibration_presets_merge_and_validate(calibration):
-    from bayes_planet.yaml_config import ConfigError
-
-    load = calibration._config.load_dict
-    config = load(calibration.CONFIG_PATH, ["debug"], ["digits.epochs=7", "seeds=[4, 5]"])
-    assert config["digits"]["epochs"] == 7 and config["seeds"] == [4, 5]
-    assert config["digits"]["hidden"] == [32] and config["digits"]["batch_size"] == 64
-    with pytest.raises(ConfigError, match="unknown preset"):
-        load(calibration.CONFIG_PATH, ["nope"])
-    with pytest.raises(ConfigError, match="unknown config key"):
-        load(calibration.CONFIG_PATH, [], ["digits.epoch=3"])
-    with pytest.raises(ConfigError, match="expected int"):
-        load(calibration.CONFIG_PATH, [], ["digits.epochs=many"])
-    with pytest.raises(ConfigError, match="unknown models"):
-        calibration.main(["--preset", "debug", "--set", "models=[dropout]"])
-
-
-def test_calibration_debug_preset(calibration, tmp_path):
-    results = calibration.main(["--preset", "debug", "--out", str(tmp_path)])
-    for name in ("config.yaml", "results.json", "summary.md", "reliability_diagram.png",
-                 "ood_entropy.png"):
-        assert (tmp_path / name).stat().st_size > 0, name
-    assert (tmp_path / "reliability_diagram.png").stat().st_size > 10_000
-    on_disk = json.loads((tmp_path / "results.json").read_text())
-    assert on_disk == json.loads(json.dumps(results))
-    digits = on_disk["tasks"]["digits"]["models"]
-    assert list(digits) == ["deterministic", "reparameterization", "flipout",
-                            "variational_dropout"]
-    for kind, r in digits.items():
-        m = r["mean"]
-        assert m["accuracy"] > 0.2, (kind, m)  # Chance is 0.1, even after 2 epochs.
-        assert 0 <= m["ece"] <= 1 and math.isfinite(m["nll"])
-        for key in ("auroc_entropy_rotated_90", "auroc_mutual_info_uniform_noise"):
-            assert 0 <= m[key] <= 1
-    # A deterministic net has no epistemic part: mutual information 0, its AUROC chance.
-    assert digits["deterministic"]["mean"]["mutual_info_test"] == 0
-    assert digits["deterministic"]["mean"]["auroc_mutual_info_uniform_noise"] == 0.5
-    assert digits["flipout"]["mean"]["mutual_info_test"] > 0
-    diabetes = on_disk["tasks"]["diabetes"]["models"]
-    for kind, r in diabetes.items():
-        assert 20 < r["mean"]["rmse"] < 200 and math.isfinite(r["mean"]["nll"]), (kind, r)
-    assert diabetes["deterministic"]["mean"]["epistemic_std"] == 0
-    assert diabetes["reparameterization"]["mean"]["epistemic_std"] > 0
-    assert "| flipout |" in (tmp_path / "summary.md").read_text()
+    return _experiments.load("agents")
 
 
 # ---------------------------------------------------------------- agents: pure parts
@@ -299,7 +215,7 @@ def test_grid_backend_is_checked_in_one_line_before_anything_is_written(script, 
                                                                         tmp_path):
     """Both grids (the launcher is agents.py's) take the same ``backend`` key and refuse a
     bad one in one line, before writing."""
-    module = _load(script)
+    module = _experiments.load(script)
     argv = ["--preset", "debug", "--out", str(tmp_path / "out")]
     for item in sets:
         argv += ["--set", item]
@@ -328,7 +244,7 @@ def test_grid_backends_default_is_one_and_importing_agents_imports_no_ray(agents
     import subprocess
     import sys
 
-    branches = _load("branches")
+    branches = _experiments.load("branches")
     assert (agents._config.load_dict(branches.CONFIG_PATH)["backend"]
             == agents._config.load_dict(agents.CONFIG_PATH)["backend"]
             == {"name": "local", "address": None, "num_cpus": 1})
@@ -467,83 +383,3 @@ def _check_merge_of_archived_runs(agents, archive, variants, out):
                                      r"with another config than this grid's \(train\."
                                      r"updates_per_episode: 4 -> 3\)"):
         agents.main(["--preset", "debug", "--out", str(out), "--set", f"merge=[{edited}]"])
-
-
-def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
-    """experiments/plateau.py on a tiny value-aware cartpole run (mean-field transition): each
-    measurement prints its rows with finite numbers; another task is refused."""
-    import subprocess
-    import sys
-
-    logdir = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "bayes_planet.agent.cli", "train", "--preset",
-                           "debug,value", "--logdir", str(logdir), "--set", "eval.video=false",
-                           "--set", "model.normalize_obs=false",  # it reads raw observations
-                           "--quiet"], capture_output=True, text=True, timeout=600)
-    # The traceback in the failure message: on a layers-only install it ends in
-    # MissingExtraError, which conftest reports as a skip.
-    assert done.returncode == 0, done.stderr[-4000:]
-    plateau = _load("plateau")
-    for argv, expected in ((["openloop"], "h= 5 angle RMSE"), (["openloop", "--latent", "mean"],
-                           "h= 5 angle RMSE"), (["scores", "--episodes", "2"], "other    policy"),
-                           (["scores", "--latent", "shared"], "other    random"),
-                           (["actor", "--episodes", "1"], "actor alone, 1 episodes"),
-                           (["model", "--episodes", "2"], "open loop, 5 decisions after 5"),
-                           (["novelty", "--episodes", "2"], "disagreement d over 15-step"),
-                           (["novelty", "--episodes", "2", "--column", "3"],
-                            "correlation of d with |physics[3]|"),
-                           (["value", "--episodes", "2"], "blind states")):
-        plateau.main(argv + ["--logdir", str(logdir)])
-        out = capsys.readouterr().out
-        assert expected in out, (argv, out)
-        assert "nan" not in out.replace("states", ""), (argv, out)
-    with pytest.raises(SystemExit, match=r"^novelty: --column expected a physics column in "
-                                         r"\[0, 4\)\. Received: --column=4$"):
-        plateau.main(["novelty", "--episodes", "1", "--column", "4", "--logdir", str(logdir)])
-    with pytest.raises(SystemExit, match="openloop: --latent sample or mean"):
-        plateau.main(["openloop", "--latent", "shared", "--logdir", str(logdir)])
-    with pytest.raises(SystemExit, match=r"^plateau: no run in .*missing \(not a directory\)$"):
-        plateau.main(["value", "--logdir", str(tmp_path / "missing")])
-
-
-def test_plateau_value_return_to_go_and_blind_states_against_brute_force():
-    plateau = _load("plateau")
-    rng = np.random.default_rng(0)
-    rewards = np.where(rng.uniform(size=40) < 0.3, rng.uniform(size=40), 0.0)
-    rewards[0] = 0.0  # (the replay's convention: no reward on arriving at step 0)
-    values, gamma = rng.normal(size=40), 0.9
-    g = plateau.return_to_go(rewards, values, gamma)
-    for t in range(40):
-        expected = sum(gamma ** k * rewards[t + 1 + k] for k in range(39 - t))
-        assert g[t] == pytest.approx(expected + gamma ** (39 - t) * values[-1], rel=1e-12)
-    blind = plateau.blind_states(rewards, 3)
-    for t in range(40):
-        assert blind[t] == (t + 3 < 40 and not rewards[t + 1:t + 4].any()), t
-    assert blind.any() and not blind.all()
-
-
-# ---------------------------------------------------------------- config errors on the command line
-def test_a_config_error_ends_a_script_in_one_line(capsys):
-    """`yaml_config.run_script`: a script's `ConfigError` is one stderr line and exit status 2
-    (argparse's), not a traceback; otherwise main's value comes back. End to end: a script
-    with an unknown preset (experiments/gp.py, layers-only)."""
-    import subprocess
-    import sys
-
-    from bayes_planet import yaml_config
-
-    def bad(argv):
-        raise yaml_config.ConfigError("Expected a positive integer. Received: seeds=0")
-
-    with pytest.raises(SystemExit) as exit_info:
-        yaml_config.run_script(bad)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert err.endswith(": error: Expected a positive integer. Received: seeds=0\n")
-    assert err.count("\n") == 1
-    assert yaml_config.run_script(lambda argv: {"argv": argv}, ["x"]) == {"argv": ["x"]}
-    done = subprocess.run([sys.executable, str(_experiments.EXPERIMENTS / "gp.py"), "--preset",
-                           "no_such_preset", "--out", "unused"], capture_output=True, text=True)
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.startswith("gp.py: error: ") and "no_such_preset" in done.stderr
-    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
