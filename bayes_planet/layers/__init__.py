@@ -79,6 +79,7 @@ from bayes_planet.layers.initializers import (
     TrainableHeNormal,
     TrainableNormal,
     TrainableNormalSmallStddev,
+    TrainableNormalWide,
     TrainableRandomSignNormal,
     TrainableRank1Normal,
 )
@@ -226,6 +227,7 @@ __all__ = [
     "TrainableMultivariateNormal",
     "TrainableNormal",
     "TrainableNormalSmallStddev",
+    "TrainableNormalWide",
     "TrainableRandomSignNormal",
     "TrainableRank1Normal",
     "TransformerBlock",

@@ -32,8 +32,9 @@ of its own).
 
 String aliases (resolved by `get`): ``trainable_normal`` (default posterior),
 ``trainable_he_normal``, ``trainable_glorot_normal``, ``trainable_deterministic``
-(point mass; deterministic/MAP training), ``fixed_normal`` (a fixed N(0, 1) prior
-draw), ``trainable_random_sign_normal`` (the rank-1 factors' posterior) and
+(point mass; deterministic/MAP training), ``trainable_normal_wide`` (zero means, stddevs
+at log 2: tfp.layers' start), ``trainable_normal_small_stddev``, ``fixed_normal`` (a
+fixed N(0, 1) prior draw), ``trainable_random_sign_normal`` (the rank-1 factors' posterior) and
 ``random_sign`` (a plain Keras-style initializer of ±1 values). Any other string falls
 back to `keras.initializers.get`.
 """
@@ -63,6 +64,7 @@ __all__ = [
     "TrainableHeNormal",
     "TrainableNormal",
     "TrainableNormalSmallStddev",
+    "TrainableNormalWide",
     "TrainableRandomSignNormal",
     "for_weight",
     "get",
@@ -370,6 +372,37 @@ def initial_stddev_initializer(initial_stddev, stddev_constraint):
 SMALL_INITIAL_STDDEV = 1e-3
 
 
+#: The shift tfp adds to the diagonal of a scale factor (``tfb.FillScaleTriL``'s ``diag_shift``,
+#: the one of ``tfp.layers.MultivariateNormalTriL``): a floor on the posterior stddevs.
+SCALE_DIAG_SHIFT = 1e-5
+
+#: The initial posterior stddev of tfp.layers' ``VariableLayer`` + ``MultivariateNormalTriL``
+#: posterior (keras.io's "Probabilistic Bayesian Neural Networks"): its parameters start at
+#: zero, so each stddev is ``softplus(0) + SCALE_DIAG_SHIFT = log 2 + 1e-5`` (≈ 0.6932).
+WIDE_INITIAL_STDDEV = math.log(2.0) + SCALE_DIAG_SHIFT
+
+
+@_register
+class TrainableNormalWide(TrainableNormal):
+    """`TrainableNormal` starting where tfp.layers' keras.io posterior starts: means at zero,
+    stddevs at `WIDE_INITIAL_STDDEV` (log 2 ≈ 0.693, jittered by ±10 % in log space).
+
+    The default posterior starts at stddev ``exp(-5)`` and widens only as fast as the
+    optimizer moves ``log σ``; this one starts about as wide as the N(0, 1) prior, so within
+    a short training the posterior's width already reflects the amount of data (a small
+    training set leaves it wide, a large one narrows it): the lesson of keras.io's Bayesian
+    regression. Alias ``'trainable_normal_wide'``; the same start as
+    ``TrainableNormal(mean_initializer="zeros", initial_stddev=WIDE_INITIAL_STDDEV)``.
+    """
+
+    def __init__(self, mean_initializer="zeros", stddev_initializer=None, *args,
+                 initial_stddev=None, **kwargs):
+        if stddev_initializer is None and initial_stddev is None:
+            initial_stddev = WIDE_INITIAL_STDDEV
+        super().__init__(mean_initializer, stddev_initializer, *args,
+                         initial_stddev=initial_stddev, **kwargs)
+
+
 @_register
 class TrainableNormalSmallStddev(TrainableNormal):
     """`TrainableNormal` whose stddevs start at `SMALL_INITIAL_STDDEV` (1e-3).
@@ -466,6 +499,7 @@ _ALIASES = {
     "trainable_random_sign_normal": TrainableRandomSignNormal,
     "trainable_rank1_normal": TrainableRank1Normal,
     "trainable_normal_small_stddev": TrainableNormalSmallStddev,
+    "trainable_normal_wide": TrainableNormalWide,
     "random_sign": RandomSign,
 }
 
