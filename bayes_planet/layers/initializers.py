@@ -50,6 +50,7 @@ from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
 from bayes_planet.layers import constraints as constraints_lib
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.noise import standard_normal
 from bayes_planet.layers.random_variable import RandomVariable
@@ -74,8 +75,6 @@ __all__ = [
     "initial_stddev_initializer",
     "serialize",
 ]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 class MomentsUnavailableError(NotImplementedError):

@@ -32,6 +32,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
 from bayes_planet.layers.noise import per_example_sample
 from bayes_planet.layers.random_variable import RandomVariable
@@ -61,7 +62,6 @@ __all__ = [
     "straight_through",
 ]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 #: The lower bound added to a learned or predicted scale when none is given.
 DEFAULT_MIN_SCALE = 1e-3

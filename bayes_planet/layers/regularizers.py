@@ -27,6 +27,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.initializers import (
     DistributionInitializer,
@@ -53,8 +54,6 @@ __all__ = [
     "set_dataset_size",
     "set_kl_scale",
 ]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 def _moments(x):
