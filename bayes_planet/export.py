@@ -17,6 +17,12 @@ importing `bayes_planet`::
     loaded = tf.saved_model.load(path)
     out = loaded.signatures["serving_default"](inputs=x, seed=tf.constant([1, 2]))
     out["mean"], out["stddev"]
+
+A model of several inputs (a functional model of several named ``keras.Input``s, as a list
+or a dict) is served with one argument per input, named as the input (or as its key in
+the model's dict)::
+
+    out = loaded.signatures["serving_default"](features=x, context=c, seed=tf.constant([1, 2]))
 """
 
 import tensorflow as tf
@@ -58,7 +64,12 @@ def predictive_moments(model, inputs, seed, num_samples):
 
 
 class PredictiveModule(tf.Module):
-    """The exported object: the model's variables and the serving function."""
+    """The exported object: the model's variables and the serving function.
+
+    ``input_signature`` is a `tf.TensorSpec` (one input) or a list or dict of named ones (in
+    the structure the model takes); ``serving_default`` takes the inputs flat, in
+    ``tf.nest.flatten`` order, then the seed.
+    """
 
     def __init__(self, model, num_samples, input_signature, name="predictive"):
         super().__init__(name=name)
@@ -66,28 +77,70 @@ class PredictiveModule(tf.Module):
         # Track the variables only (not the Keras model, whose own SavedModel tracing
         # is not needed); the serving function captures them.
         self.model_variables = list(model.variables)
-        self._set_model(model)
+        self._set_model(model, input_signature)
         self.serving_default = tf.function(
-            self._serve, input_signature=[input_signature,
+            self._serve, input_signature=[*tf.nest.flatten(input_signature),
                                           tf.TensorSpec([2], tf.int32, name="seed")])
 
     @tf.__internal__.tracking.no_automatic_dependency_tracking
-    def _set_model(self, model):
-        self._model = model
+    def _set_model(self, model, input_signature):
+        self._model, self._input_structure = model, input_signature
 
-    def _serve(self, inputs, seed):
-        mean, stddev = predictive_moments(self._model, inputs, seed, self.num_samples)
+    def _serve(self, *args):
+        inputs = tf.nest.pack_sequence_as(self._input_structure, list(args[:-1]))
+        mean, stddev = predictive_moments(self._model, inputs, args[-1], self.num_samples)
         return {"mean": mean, "stddev": stddev}
 
 
+def _named(spec, name):
+    return tf.TensorSpec(spec.shape, spec.dtype, name=name)
+
+
 def _default_signature(model):
+    """The specs of ``model.input`` (a functional or Sequential model): one named
+    ``inputs``, or one per input named as the input (its key in a dict)."""
     inputs = getattr(model, "inputs", None)
-    if not inputs or len(inputs) != 1:
+    if not inputs:
         raise ValueError(
-            "Pass input_signature=tf.TensorSpec(...): the model has no single symbolic input "
-            f"to derive it from. Received: model.inputs={inputs!r}")
-    spec = inputs[0]
-    return tf.TensorSpec(spec.shape, spec.dtype, name="inputs")
+            "Pass input_signature=tf.TensorSpec(...) (or a list or dict of them): the model "
+            f"has no symbolic inputs to derive it from. Received: model.inputs={inputs!r}")
+    if len(inputs) == 1:
+        return _named(inputs[0], "inputs")
+    structure = model.input
+    if isinstance(structure, dict):
+        return {key: _named(tensor, key) for key, tensor in structure.items()}
+    return [_named(tensor, tensor.name.split(":")[0]) for tensor in tf.nest.flatten(structure)]
+
+
+def _checked_signature(input_signature):
+    """``input_signature`` with every spec named; a one-line error for anything else."""
+    if isinstance(input_signature, tf.TensorSpec):
+        return input_signature if input_signature.name else _named(input_signature, "inputs")
+    if isinstance(input_signature, dict):
+        names = list(input_signature)
+        if not all(isinstance(key, str) for key in names):
+            raise TypeError("Expected the keys of an input_signature dict to be input names. "
+                            f"Received: input_signature={input_signature!r}")
+        checked = {key: _named(spec, key) if isinstance(spec, tf.TensorSpec) else spec
+                   for key, spec in input_signature.items()}
+    elif isinstance(input_signature, list | tuple) and input_signature and all(
+            isinstance(spec, tf.TensorSpec) for spec in input_signature):
+        checked = list(input_signature)
+        names = [spec.name for spec in checked]
+        if None in names:
+            raise ValueError("Expected a name on every tf.TensorSpec of several inputs (the "
+                             "serving signature's arguments). Received: "
+                             f"input_signature={input_signature!r}")
+    else:
+        raise TypeError("Expected a tf.TensorSpec, or a list or dict of them. Received: "
+                        f"input_signature={input_signature!r}")
+    if not all(isinstance(spec, tf.TensorSpec) for spec in tf.nest.flatten(checked)):
+        raise TypeError("Expected a tf.TensorSpec, or a list or dict of them. Received: "
+                        f"input_signature={input_signature!r}")
+    if len(set(names)) != len(names) or "seed" in names:
+        raise ValueError("Expected distinct input names other than 'seed' (the serving "
+                         f"signature's arguments). Received: names={names!r}")
+    return checked
 
 
 def export_predictive(model, path, num_samples=32, input_signature=None):
@@ -97,21 +150,19 @@ def export_predictive(model, path, num_samples=32, input_signature=None):
       model: a built Bayesian Keras model (any layer or model calling Bayesian layers).
       path: output directory.
       num_samples: N weight samples per request (fixed at export).
-      input_signature: a `tf.TensorSpec` of the inputs (batch dim may be None); default:
-        from ``model.inputs`` of a functional/Sequential model.
+      input_signature: a `tf.TensorSpec` of the inputs (batch dim may be None), or for a
+        model of several inputs a list of named specs or a dict ``{name: spec}`` in the
+        structure the model takes; default: from ``model.input`` of a functional or
+        Sequential model (each input named as its ``keras.Input``, or as its key).
     Returns:
-      The exported `PredictiveModule` (its ``serving_default`` runs in process too).
+      The exported `PredictiveModule` (its ``serving_default`` runs in process too, with
+      the inputs positional in ``tf.nest.flatten`` order, then the seed).
     """
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
         raise ValueError(f"Expected a positive integer. Received: num_samples={num_samples!r}")
     if input_signature is None:
         input_signature = _default_signature(model)
-    elif not isinstance(input_signature, tf.TensorSpec):
-        raise TypeError("Expected a tf.TensorSpec. Received: "
-                        f"input_signature={input_signature!r}")
-    if input_signature.name is None:
-        input_signature = tf.TensorSpec(input_signature.shape, input_signature.dtype,
-                                        name="inputs")
+    input_signature = _checked_signature(input_signature)
     module = PredictiveModule(model, num_samples, input_signature)
     serving = module.serving_default.get_concrete_function()
     tf.saved_model.save(module, str(path), signatures={"serving_default": serving})

@@ -332,7 +332,7 @@ def run_pixelcnn_mixture(cfg, seed, out_dir):
     levels, k = 17, cfg["num_components"]
     model = keras.Sequential([
         MADE([cfg["hidden_units"]] * cfg["num_hidden_layers"], units=3 * k, seed=seed),
-        MixtureLogistic(None, num_components=k, seed=seed),  # one mixture per pixel
+        MixtureLogistic(k, seed=seed),  # one mixture per pixel
         Discretize(num_bins=levels, low=-1.0, high=1.0, seed=seed),
     ])
     model.build((None, 64))
@@ -364,7 +364,7 @@ def build_image_transformer(cfg, seed, levels=17):
         attention=cfg["attention"], feed_forward=cfg["feed_forward"], causal=True,
         seed=seed, name="image_transformer")
     head = keras.Sequential([
-        MixtureLogistic(None, num_components=k, seed=seed),  # one mixture per pixel
+        MixtureLogistic(k, seed=seed),  # one mixture per pixel
         Discretize(num_bins=levels, low=-1.0, high=1.0, seed=seed),
     ])
 

@@ -21,6 +21,7 @@ import threading
 import weakref
 
 from bayes_planet._keras import KERAS3, keras, tf
+from bayes_planet.layers._registry import register
 from bayes_planet.layers.noise import multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
 
@@ -378,7 +379,7 @@ if KERAS3:
             return keras.ops.squeeze(y_true, -1)
         return y_true
 
-    @keras.saving.register_keras_serializable(package="bayes_planet")
+    @register
     class RandomVariableLoss(keras.losses.Loss):
         """Keras 3: the loss ``fn(y_true, y_pred)`` with ``y_pred`` the model's `RandomVariable`
         (see `random_variable_loss`); reduction and sample weights as any Keras loss."""

@@ -1,6 +1,26 @@
-"""One resolver behind the ``get()`` of initializers, regularizers and constraints."""
+"""The library's Keras registration, and one resolver behind the ``get()`` of initializers,
+regularizers and constraints."""
 
-__all__ = ["resolve"]
+from bayes_planet._keras import keras
+
+__all__ = ["FORMER_PACKAGE", "PACKAGE", "register", "resolve"]
+
+#: The package of every class and function the library registers with Keras: a saved file
+#: names them ``"bayes_planet.layers>DenseFlipout"``. It is the module to import before
+#: loading such a file, and Keras prints these names when it cannot find a class (a
+#: process that has not imported the library), so its error says what to import.
+PACKAGE = "bayes_planet.layers"
+
+#: The package of the names of files saved before (``"bayes_planet>DenseFlipout"``): every
+#: class is registered under it too, so those files still load.
+FORMER_PACKAGE = "bayes_planet"
+
+
+def register(obj):
+    """Registers ``obj`` (a class with ``get_config``, or a function) with Keras under
+    `PACKAGE`, the name files are saved with, and under `FORMER_PACKAGE`, for older files."""
+    keras.saving.register_keras_serializable(package=FORMER_PACKAGE)(obj)
+    return keras.saving.register_keras_serializable(package=PACKAGE)(obj)
 
 
 def resolve(identifier, aliases, keras_get, kind, base=None):

@@ -27,6 +27,7 @@ import tensorflow as tf
 from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, estimators, initializers, regularizers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, sample_weight
 from bayes_planet.layers.initializers import DistributionInitializer
 from bayes_planet.layers.noise import split_seed
@@ -38,7 +39,6 @@ __all__ = [
     "MultiHeadAttentionReparameterization",
 ]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 #: The Bayesian defaults of the projections (and of the attention layers): a distribution
 #: over each kernel, its KL to the prior as the kernel's regularizer.

@@ -10,7 +10,7 @@ import math
 import tensorflow as tf
 
 from bayes_planet._keras import keras
-from bayes_planet.layers._registry import resolve
+from bayes_planet.layers._registry import register, resolve
 
 __all__ = ["Exp", "Positive", "Softplus", "get", "serialize"]
 
@@ -26,7 +26,7 @@ class ParameterTransform(keras.constraints.Constraint):
         return {}
 
 
-@keras.saving.register_keras_serializable(package="bayes_planet")
+@register
 class Softplus(ParameterTransform):
     """``softplus(x) + minimum``: smooth, positive (the default for scales)."""
 
@@ -45,7 +45,7 @@ class Softplus(ParameterTransform):
         return {"minimum": self.minimum}
 
 
-@keras.saving.register_keras_serializable(package="bayes_planet")
+@register
 class Exp(ParameterTransform):
     """``exp(x)``: positive, log-space parameterization."""
 
@@ -56,7 +56,7 @@ class Exp(ParameterTransform):
         return math.log(value)
 
 
-@keras.saving.register_keras_serializable(package="bayes_planet")
+@register
 class Positive(ParameterTransform):
     """``max(x, epsilon)``: clips to a positive lower bound."""
 

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, estimators, initializers, regularizers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int, moments, sample_weight
 from bayes_planet.layers.noise import split_seed
 from bayes_planet.layers.regularizers import log_alpha_from_moments
@@ -24,8 +25,6 @@ __all__ = [
     "Conv2DReparameterization",
     "Conv2DVariationalDropout",
 ]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 class _BayesianConv(BayesianLayer):

@@ -14,6 +14,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, estimators, initializers, regularizers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import (
     BayesianLayer,
     check_dense_extras,
@@ -34,8 +35,6 @@ __all__ = [
     "DenseReparameterization",
     "DenseVariationalDropout",
 ]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 class _BayesianDense(BayesianLayer, keras.layers.Dense):

@@ -34,6 +34,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, initializers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.noise import multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
@@ -51,8 +52,6 @@ __all__ = [
     "ReversibleLayer",
     "transform_random_variable",
 ]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 def deserialize_layer(config):

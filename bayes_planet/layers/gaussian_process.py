@@ -32,6 +32,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, initializers, kernels, regularizers, tracing
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.base import BayesianLayer, check_positive_int, moments
 from bayes_planet.layers.initializers import DistributionInitializer
@@ -46,8 +47,6 @@ __all__ = [
     "TrainableMultivariateNormal",
     "WhitenedKLDivergence",
 ]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 def _add_diag(matrix, value):

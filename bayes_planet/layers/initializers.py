@@ -28,12 +28,15 @@ posterior overrides ``sample`` and ``distribution`` and leaves ``scale``
 undefined: ``moments`` then raises `MomentsUnavailableError`, so the estimators and
 KLs that need closed-form moments fail with one line naming the posterior and what
 needed them (the reparameterization estimator still works; give it a KL regularizer
-of its own).
+of its own). `TrainableFullCovarianceNormal` is one: the normal KL regularizers read
+its ``scale_tril()`` (the covariance factor of the flattened weight) instead.
 
 String aliases (resolved by `get`): ``trainable_normal`` (default posterior),
 ``trainable_he_normal``, ``trainable_glorot_normal``, ``trainable_deterministic``
-(point mass; deterministic/MAP training), ``fixed_normal`` (a fixed N(0, 1) prior
-draw), ``trainable_random_sign_normal`` (the rank-1 factors' posterior) and
+(point mass; deterministic/MAP training), ``trainable_normal_wide`` (zero means, stddevs
+at log 2: tfp.layers' start), ``trainable_full_covariance_normal`` (a full covariance over
+the weight's entries), ``trainable_normal_small_stddev``, ``fixed_normal`` (a
+fixed N(0, 1) prior draw), ``trainable_random_sign_normal`` (the rank-1 factors' posterior) and
 ``random_sign`` (a plain Keras-style initializer of ±1 values). Any other string falls
 back to `keras.initializers.get`.
 """
@@ -47,6 +50,7 @@ from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
 from bayes_planet.layers import constraints as constraints_lib
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.noise import standard_normal
 from bayes_planet.layers.random_variable import RandomVariable
@@ -59,18 +63,18 @@ __all__ = [
     "MomentsUnavailableError",
     "RandomSign",
     "TrainableDeterministic",
+    "TrainableFullCovarianceNormal",
     "TrainableGlorotNormal",
     "TrainableHeNormal",
     "TrainableNormal",
     "TrainableNormalSmallStddev",
+    "TrainableNormalWide",
     "TrainableRandomSignNormal",
     "for_weight",
     "get",
     "initial_stddev_initializer",
     "serialize",
 ]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 class MomentsUnavailableError(NotImplementedError):
@@ -370,6 +374,136 @@ def initial_stddev_initializer(initial_stddev, stddev_constraint):
 SMALL_INITIAL_STDDEV = 1e-3
 
 
+#: The shift tfp adds to the diagonal of a scale factor (``tfb.FillScaleTriL``'s ``diag_shift``,
+#: the one of ``tfp.layers.MultivariateNormalTriL``): a floor on the posterior stddevs.
+SCALE_DIAG_SHIFT = 1e-5
+
+#: The initial posterior stddev of tfp.layers' ``VariableLayer`` + ``MultivariateNormalTriL``
+#: posterior (keras.io's "Probabilistic Bayesian Neural Networks"): its parameters start at
+#: zero, so each stddev is ``softplus(0) + SCALE_DIAG_SHIFT = log 2 + 1e-5`` (≈ 0.6932).
+WIDE_INITIAL_STDDEV = math.log(2.0) + SCALE_DIAG_SHIFT
+
+
+@_register
+class TrainableNormalWide(TrainableNormal):
+    """`TrainableNormal` starting where tfp.layers' keras.io posterior starts: means at zero,
+    stddevs at `WIDE_INITIAL_STDDEV` (log 2 ≈ 0.693, jittered by ±10 % in log space).
+
+    The default posterior starts at stddev ``exp(-5)`` and widens only as fast as the
+    optimizer moves ``log σ``; this one starts about as wide as the N(0, 1) prior, so within
+    a short training the posterior's width already reflects the amount of data (a small
+    training set leaves it wide, a large one narrows it): the lesson of keras.io's Bayesian
+    regression. Alias ``'trainable_normal_wide'``; the same start as
+    ``TrainableNormal(mean_initializer="zeros", initial_stddev=WIDE_INITIAL_STDDEV)``. For
+    tfp's full-covariance posterior itself, see `TrainableFullCovarianceNormal`.
+    """
+
+    def __init__(self, mean_initializer="zeros", stddev_initializer=None, *args,
+                 initial_stddev=None, **kwargs):
+        if stddev_initializer is None and initial_stddev is None:
+            initial_stddev = WIDE_INITIAL_STDDEV
+        super().__init__(mean_initializer, stddev_initializer, *args,
+                         initial_stddev=initial_stddev, **kwargs)
+
+
+@_register
+class TrainableFullCovarianceNormal(DistributionInitializer):
+    """A trainable multivariate normal over all of a weight's entries: ``vec(W) ~ N(m, L Lᵀ)``.
+
+    tfp.layers' ``MultivariateNormalTriL`` posterior (the one of keras.io's Bayesian
+    regression with ``DenseVariational``), as a distribution initializer: the ``n`` entries of
+    the weight, flattened in row-major order, have a full ``n × n`` covariance whose
+    lower-triangular factor ``L`` comes from ``n(n+1)/2`` unconstrained parameters through
+    ``tfb.FillScaleTriL`` (softplus diagonal plus `SCALE_DIAG_SHIFT`). It starts at tfp's
+    start by default: zero means and ``L = WIDE_INITIAL_STDDEV · I``.
+
+    A layer draws its weight by the reparameterization estimator
+    (``DenseReparameterization``, ``Conv*Reparameterization``; ``m + L ε`` with
+    ``ε ~ N(0, I)``, `noise.standard_normal`), and the normal KL regularizers
+    (``'normal_kl_divergence'``, the layers' default, ``NormalKLDivergenceWithTiedMean``,
+    ``FanInNormalKLDivergence``) take its full covariance in closed form. It has no
+    factorized moments, so Flipout, local reparameterization, DVI and the mixture priors
+    refuse it with a one-line error. The parameters grow as ``n²``: a 64 × 64 kernel has
+    8.4 M; use it for small layers (keras.io's have 8 units). Alias
+    ``'trainable_full_covariance_normal'``.
+
+    Args:
+      mean_initializer: Keras initializer of the means (weight-shaped).
+      initial_stddev: the initial stddev of every entry (the diagonal of ``L``; the entries
+        start uncorrelated); greater than `SCALE_DIAG_SHIFT`.
+      seed: optional int seeding ``mean_initializer``.
+    """
+
+    def __init__(self, mean_initializer="zeros", initial_stddev=WIDE_INITIAL_STDDEV, seed=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if (isinstance(initial_stddev, bool) or not isinstance(initial_stddev, int | float)
+                or not math.isfinite(initial_stddev) or initial_stddev <= SCALE_DIAG_SHIFT):
+            raise ValueError(f"Expected a number greater than {SCALE_DIAG_SHIFT}. Received: "
+                             f"initial_stddev={initial_stddev!r}")
+        self.initial_stddev = float(initial_stddev)
+        self.seed = seed
+        self.mean_initializer = _seeded(get(mean_initializer), seed, "mean")
+
+    @staticmethod
+    def _bijector():
+        return tfp.bijectors.FillScaleTriL(diag_shift=SCALE_DIAG_SHIFT)
+
+    @property
+    def num_entries(self):
+        """``n``, the number of entries of the weight (the event size)."""
+        return self.weight_shape.num_elements()
+
+    def build(self, shape, dtype=None):
+        super().build(shape, dtype)
+        n = self.num_entries
+        if n is None:
+            raise ValueError(f"Expected a fully known weight shape. Received: shape={shape}")
+        self.mean = self._weight("mean", self.mean_initializer)
+        stddev = self.initial_stddev
+
+        def scale_tril_initializer(shape, dtype=None, **kwargs):
+            del kwargs
+            identity = tf.eye(n, dtype=dtype or self.param_dtype)
+            return tf.reshape(self._bijector().inverse(stddev * identity), shape)
+
+        self.raw_scale_tril = self.add_weight(
+            name="scale_tril", shape=[n * (n + 1) // 2], dtype=self.param_dtype,
+            initializer=scale_tril_initializer, **_compat.NO_AUTOCAST)
+
+    def loc(self):
+        return tf.convert_to_tensor(self.mean)
+
+    def scale_tril(self):
+        """The ``[n, n]`` lower-triangular factor ``L`` (positive diagonal) of the covariance
+        of the flattened weight."""
+        return self._bijector()(tf.convert_to_tensor(self.raw_scale_tril))
+
+    def sample(self, seed, dtype=None, num_samples=1):
+        """``m + L ε`` reshaped to the weight (``num_samples`` stacked on a leading axis)."""
+        loc = self.loc()
+        n = self.num_entries
+        eps = standard_normal([num_samples, n], seed, dtype=loc.dtype)
+        flat = tf.reshape(loc, [1, n]) + tf.matmul(eps, self.scale_tril(), transpose_b=True)
+        shape = self.weight_shape.as_list()
+        value = tf.reshape(flat, shape if num_samples == 1 else [num_samples, *shape])
+        return value if dtype is None else tf.cast(value, dtype)
+
+    def distribution(self):
+        """``MultivariateNormalTriL`` over the flattened weight, reshaped to the weight's
+        shape (event = weight shape)."""
+        n = self.num_entries
+        flat = tfd.MultivariateNormalTriL(tf.reshape(self.loc(), [n]), self.scale_tril())
+        return tfd.TransformedDistribution(flat, tfp.bijectors.Reshape(
+            event_shape_out=self.weight_shape.as_list(), event_shape_in=[n]))
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mean_initializer=keras.initializers.serialize(self.mean_initializer),
+                      initial_stddev=self.initial_stddev, seed=self.seed)
+        return config
+
+
 @_register
 class TrainableNormalSmallStddev(TrainableNormal):
     """`TrainableNormal` whose stddevs start at `SMALL_INITIAL_STDDEV` (1e-3).
@@ -467,6 +601,8 @@ _ALIASES = {
     "trainable_random_sign_normal": TrainableRandomSignNormal,
     "trainable_rank1_normal": TrainableRank1Normal,
     "trainable_normal_small_stddev": TrainableNormalSmallStddev,
+    "trainable_normal_wide": TrainableNormalWide,
+    "trainable_full_covariance_normal": TrainableFullCovarianceNormal,
     "random_sign": RandomSign,
 }
 

@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import constraints
+from bayes_planet.layers._registry import register as _register
 
 __all__ = [
     "ConstantMean",
@@ -52,8 +53,6 @@ __all__ = [
     "inverse_softplus",
     "serialize",
 ]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 def _positive(name, value, vector_ok=True):
@@ -384,7 +383,7 @@ def get(identifier, dtype=None):
         return _ALIASES[identifier](dtype=dtype) if dtype else _ALIASES[identifier]()
     if isinstance(identifier, dict):
         # Resolve our own classes by name: the legacy SavedModel loader does not look
-        # up registered names ('bayes_planet>...').
+        # up registered names ('bayes_planet.layers>...').
         cls = _CLASSES.get(identifier.get("class_name"))
         if cls is not None:
             return cls.from_config(identifier["config"])

@@ -32,6 +32,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
 from bayes_planet.layers.noise import per_example_sample
 from bayes_planet.layers.random_variable import RandomVariable
@@ -61,7 +62,9 @@ __all__ = [
     "straight_through",
 ]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
+
+#: The lower bound added to a learned or predicted scale when none is given.
+DEFAULT_MIN_SCALE = 1e-3
 
 
 @_register
@@ -209,7 +212,7 @@ class Normal(_DistributionLayer):
     without projection) wrapping ``Independent(Normal, event_ndims)``.
     """
 
-    def __init__(self, units=None, scale="predicted", min_scale=1e-3, event_ndims=None,
+    def __init__(self, units=None, scale="predicted", min_scale=DEFAULT_MIN_SCALE, event_ndims=None,
                  **kwargs):
         if isinstance(scale, str):
             if scale not in ("predicted", "learned"):
@@ -295,17 +298,66 @@ class Categorical(_DistributionLayer):
         return tf.reduce_sum(tf.nn.softmax(logits) * classes, axis=-1)
 
 
+#: The number of components of a mixture output layer when none is given.
+DEFAULT_NUM_COMPONENTS = 5
+
+# The mixtures' arguments before ``num_components`` came first (``MixtureLogistic(units,
+# num_components, min_scale, event_ndims)``): the positional calls still meaning that.
+_OLD_MIXTURE_ORDER = ("units", "num_components", "min_scale", "event_ndims")
+
+
+def _mixture_arguments(cls_name, args, keywords):
+    """The mixture layers' ``num_components``, ``units``, ``min_scale`` and ``event_ndims``
+    from a call's positional ``args`` and its ``keywords`` (None where not given).
+
+    ``Mixture*(k)`` is ``k`` components (edward2's and the docs' order); the calls of the
+    former order keep their meaning where it is unambiguous: ``Mixture*(units,
+    num_components=k)``, and positional calls whose first argument is ``units=None``
+    (``Mixture*(None, k)``). Two or more positional numbers are refused: they meant ``(units,
+    num_components)`` before.
+    """
+    given = dict(keywords)
+    if not args:
+        pass
+    elif args[0] is None or (given["num_components"] is not None and len(args) == 1):
+        if len(args) > len(_OLD_MIXTURE_ORDER):
+            raise TypeError(f"{cls_name} takes at most {len(_OLD_MIXTURE_ORDER)} positional "
+                            f"arguments. Received: {args!r}")
+        for name, value in zip(_OLD_MIXTURE_ORDER, args, strict=False):
+            if given[name] is not None:
+                raise TypeError(f"{cls_name} got {name} twice. Received: {name}={value!r} "
+                                f"and {name}={given[name]!r}")
+            given[name] = value
+    elif len(args) == 1:
+        given["num_components"] = args[0]
+    else:
+        raise TypeError(
+            f"{cls_name} takes the number of components as its only positional argument; "
+            "pass units=, min_scale= and event_ndims= by keyword (a second positional number "
+            f"was num_components in the former order). Received: positional arguments {args!r}")
+    if given["num_components"] is None:
+        given["num_components"] = DEFAULT_NUM_COMPONENTS
+    return given
+
+
 class _Mixture(_DistributionLayer):
     """Mixture of ``num_components`` location-scale components per output unit."""
 
     _component = None
 
-    def __init__(self, units=None, num_components=5, min_scale=1e-3, event_ndims=None,
-                 **kwargs):
-        self.num_components = check_positive_int("num_components", num_components)
+    def __init__(self, *args, num_components=None, units=None, min_scale=None,
+                 event_ndims=None, **kwargs):
+        given = _mixture_arguments(type(self).__name__, args, {
+            "num_components": num_components, "units": units, "min_scale": min_scale,
+            "event_ndims": event_ndims})
+        self.num_components = check_positive_int("num_components", given["num_components"])
+        min_scale = DEFAULT_MIN_SCALE if given["min_scale"] is None else given["min_scale"]
+        if (isinstance(min_scale, bool) or not isinstance(min_scale, int | float)
+                or not min_scale >= 0):
+            raise ValueError(f"Expected a non-negative number. Received: min_scale={min_scale!r}")
         self.min_scale = float(min_scale)
         self._params_per_unit = 3 * self.num_components
-        super().__init__(units=units, event_ndims=event_ndims, **kwargs)
+        super().__init__(units=given["units"], event_ndims=given["event_ndims"], **kwargs)
 
     def build(self, input_shape):
         input_shape = tf.TensorShape(input_shape)
@@ -313,7 +365,8 @@ class _Mixture(_DistributionLayer):
             raise ValueError(
                 f"{type(self).__name__}(units=None) reads [logits, locs, scales] from the last "
                 f"input axis, which must have 3 * num_components = {3 * self.num_components} "
-                f"entries. Received: input_shape={input_shape}")
+                "entries (pass units= to project the input to them). Received: "
+                f"input_shape={input_shape}")
         super().build(input_shape)
 
     def _params(self, inputs):
@@ -354,12 +407,18 @@ class _Logistic(tfd.Logistic):
 class MixtureLogistic(_Mixture):
     """Mixture of logistics per output unit (Salimans et al., 2017, PixelCNN++).
 
+    ``MixtureLogistic(num_components=5, *, units=None, min_scale=1e-3, event_ndims=None,
+    seed=None)``: the number of components comes first, as in edward2's
+    ``MixtureLogistic(num_components)``; everything else is keyword-only. (The former order
+    ``(units, num_components, ...)`` still works where it is unambiguous:
+    ``MixtureLogistic(units, num_components=k)`` and ``MixtureLogistic(None, k)``.)
+
     Args:
+      num_components: mixture components per output (default `DEFAULT_NUM_COMPONENTS`).
       units: number of outputs (trainable projection to ``units * 3 * num_components``
         parameters), or None to read ``[logits, locs, raw_scales]`` (each
         ``num_components`` wide) from the input's last axis.
-      num_components: mixture components per output.
-      min_scale: added to ``softplus(raw_scale)``.
+      min_scale: added to ``softplus(raw_scale)`` (default `DEFAULT_MIN_SCALE`).
       event_ndims: trailing axes summed over by ``log_prob`` (default 1).
 
     Input ``(batch, ..., d)``; output ``(batch, ..., units)`` (or ``(batch, ...)``
@@ -377,7 +436,8 @@ class MixtureLogistic(_Mixture):
 class MixtureNormal(_Mixture):
     """Mixture of normals per output unit (a mixture density network, Bishop 1994).
 
-    Same arguments and shapes as `MixtureLogistic`, with normal components.
+    Same arguments (``MixtureNormal(num_components=5, *, units=None, ...)``) and shapes as
+    `MixtureLogistic`, with normal components.
     """
 
     _component = staticmethod(tfd.Normal)

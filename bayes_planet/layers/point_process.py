@@ -19,13 +19,12 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, tracing
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
 
 tfd = tfp.distributions
 
 __all__ = ["GridPoissonProcess", "PoissonProcess"]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 class GridPoissonProcess(tfd.Distribution):

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, kernels, regularizers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
 from bayes_planet.layers.dense import DenseLocalReparameterization
 from bayes_planet.layers.initializers import DistributionInitializer
@@ -23,7 +24,6 @@ from bayes_planet.layers.initializers import DistributionInitializer
 __all__ = ["RandomFourierFeatures", "add_fourier_weights", "fourier_features",
            "sample_frequencies"]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 # Spectral densities: standard normal (EQ) or multivariate Student-t with 2ν degrees
 # of freedom (Matérn ν), in the length-scale-1 parameterization of `kernels`.

@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, estimators, initializers, noise, regularizers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int, sample_weight
 from bayes_planet.layers.initializers import DistributionInitializer
 from bayes_planet.layers.noise import split_seed
@@ -53,7 +54,6 @@ __all__ = [
     "LSTMCellReparameterization",
 ]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 SAMPLINGS = ("sequence", "step")
 
 

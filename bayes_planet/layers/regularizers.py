@@ -12,8 +12,11 @@ ramps from 0 to 1.
 
 Each regularizer accepts a `DistributionInitializer` (fast path: closed forms on its
 ``moments()``, the posterior contract of `initializers`), a `RandomVariable` or a
-`tfp` distribution. A posterior without closed-form factorized moments gets a
-one-line ``TypeError``: it needs a KL regularizer of its own.
+`tfp` distribution. The normal priors (`NormalKLDivergence`, `NormalKLDivergenceWithTiedMean`,
+`FanInNormalKLDivergence`) also take a full-covariance posterior
+(`initializers.TrainableFullCovarianceNormal`) in closed form. Any other posterior without
+closed-form factorized moments gets a one-line ``TypeError``: it needs a KL regularizer of
+its own.
 """
 
 import math
@@ -24,8 +27,13 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers._registry import resolve
-from bayes_planet.layers.initializers import DistributionInitializer, MomentsUnavailableError
+from bayes_planet.layers.initializers import (
+    DistributionInitializer,
+    MomentsUnavailableError,
+    TrainableFullCovarianceNormal,
+)
 from bayes_planet.layers.random_variable import RandomVariable
 
 tfd = tfp.distributions
@@ -46,8 +54,6 @@ __all__ = [
     "set_dataset_size",
     "set_kl_scale",
 ]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 def _moments(x):
@@ -128,8 +134,10 @@ def _normal_kl(x, mean, stddev):
     """KL(q || N(mean, stddev²)) summed over a weight; -log prior density for a point mass.
 
     ``mean=None`` ties the prior's mean to the posterior's (no mean term; a point mass then
-    raises TypeError).
+    raises TypeError). A full-covariance posterior takes `_full_covariance_normal_kl`.
     """
+    if isinstance(x, TrainableFullCovarianceNormal):
+        return _full_covariance_normal_kl(x.loc(), x.scale_tril(), mean, stddev)
     loc, scale = _moments(x)
     inv_var = 1.0 / stddev**2
     n = tf.cast(tf.size(loc), loc.dtype)
@@ -147,6 +155,18 @@ def _normal_kl(x, mean, stddev):
     quad = tf.reduce_sum(tf.square(scale) + tf.square(diff))
     return 0.5 * inv_var * quad - tf.reduce_sum(_log_scale(x, scale)) + n * (
         math.log(stddev) - 0.5)
+
+
+def _full_covariance_normal_kl(loc, scale_tril, mean, stddev):
+    """KL(N(vec(loc), L Lᵀ) || N(mean, stddev² I)) over the ``n`` flattened entries:
+    ``(tr(L Lᵀ) + |loc - mean|²) / (2 stddev²) - Σ log diag(L) + n log(stddev) - n/2``
+    (``mean=None``: the prior's mean is the posterior's, no mean term)."""
+    n = tf.cast(tf.size(loc), loc.dtype)
+    quad = tf.reduce_sum(tf.square(scale_tril))
+    if mean is not None:
+        quad += tf.reduce_sum(tf.square(loc - mean))
+    log_det = tf.reduce_sum(tf.math.log(tf.linalg.diag_part(scale_tril)))
+    return 0.5 * quad / stddev**2 - log_det + n * (math.log(stddev) - 0.5)
 
 
 def fan_in(x):

@@ -26,6 +26,7 @@ from tensorflow.python.eager import record as _record
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.flows import (
     ReversibleLayer,
@@ -34,8 +35,6 @@ from bayes_planet.layers.flows import (
 )
 
 __all__ = ["RevNetBlock", "RevNetSequence"]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 def _gradients_by_recomputation(step, unstep, x):

@@ -36,6 +36,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, kernels
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
 from bayes_planet.layers.noise import multi_replica_context
 from bayes_planet.layers.random_features import (
@@ -52,7 +53,6 @@ __all__ = [
     "mean_field_logits",
 ]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 #: λ = π/8: ``E[sigmoid(f)] ≈ sigmoid(μ / sqrt(1 + λ σ²))`` for ``f ~ N(μ, σ²)`` (the probit
 #: approximation, MacKay 1992), SNGP's mean-field adjustment of the logits.

@@ -30,11 +30,10 @@ import tensorflow as tf
 from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
 
 __all__ = ["SpectralNormalization", "SpectralNormalizationConv2D"]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 def _check_norm_multiplier(value):

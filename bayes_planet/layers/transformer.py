@@ -24,11 +24,11 @@ import tensorflow as tf
 from bayes_planet import layer_registry, seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, ensemble, initializers, regularizers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import check_positive_int
 
 __all__ = ["PositionEmbedding", "TransformerBlock", "build_transformer"]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 # The registry families of the attention and the feed-forward layers (their estimators
 # are the choices of ``attention`` and ``feed_forward``); their ensemble families

@@ -22,6 +22,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.noise import multi_replica_context
 from bayes_planet.layers.random_variable import RandomVariable
@@ -29,8 +30,6 @@ from bayes_planet.layers.random_variable import RandomVariable
 tfd = tfp.distributions
 
 __all__ = ["VectorQuantizer", "codebook_usage"]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 def codebook_usage(codes, num_codes):

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, initializers, regularizers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.attention import (
     ATTENTION_KEYWORD_ONLY,
     BayesianMultiHeadAttention,
@@ -52,7 +53,6 @@ from bayes_planet.layers.noise import split_seed
 
 __all__ = ["EinsumDenseRank1", "MultiHeadAttentionRank1"]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 #: The keyword-only arguments both rank-1 attention layers add (after their twin's), with
 #: their defaults.

@@ -25,6 +25,7 @@ batches).
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.ensemble.dense import (
     ENSEMBLE_SIZE,
@@ -38,8 +39,6 @@ from bayes_planet.layers.ensemble.dense import (
 )
 
 __all__ = ["Conv1DBatchEnsemble", "Conv1DRank1", "Conv2DBatchEnsemble", "Conv2DRank1"]
-
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 
 class _EnsembleConv(EnsembleLayer):

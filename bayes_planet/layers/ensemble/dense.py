@@ -52,6 +52,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, initializers, regularizers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers._registry import resolve
 from bayes_planet.layers.base import BayesianLayer, check_dense_extras, check_positive_int, moments
 from bayes_planet.layers.initializers import (
@@ -84,7 +85,6 @@ __all__ = [
     "standard_cauchy",
 ]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 tfd = tfp.distributions
 
 #: Sampled rank-1 factors are clipped to [-CLIP, CLIP] (edward2's perturbation bounds).

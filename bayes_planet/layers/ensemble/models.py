@@ -91,6 +91,7 @@ import tensorflow_probability as tfp
 from bayes_planet import seeds
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
 from bayes_planet.layers.ensemble.dense import member_rows
 from bayes_planet.layers.noise import per_example
@@ -109,7 +110,6 @@ __all__ = [
     "tile_batch",
 ]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 #: The kinds of member outputs the average understands (see the module docstring).
 OUTPUTS = ("logits", "binary_logits", "probabilities", "mean")

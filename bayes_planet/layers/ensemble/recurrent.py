@@ -42,6 +42,7 @@ import tensorflow as tf
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import initializers, regularizers
+from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import check_positive_int
 from bayes_planet.layers.ensemble.dense import (
     ENSEMBLE_SIZE,
@@ -60,7 +61,6 @@ from bayes_planet.layers.recurrent import BayesianGRUCell, BayesianLSTMCell
 
 __all__ = ["GRUCellRank1", "LSTMCellRank1"]
 
-_register = keras.saving.register_keras_serializable(package="bayes_planet")
 
 #: The rank-1 factors: (name, the kernel it scales, side) for the input (α) and output
 #: (γ) side of the kernel and of the recurrent kernel; the names are `FACTOR_NAMES`.
