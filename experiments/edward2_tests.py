@@ -54,7 +54,11 @@ class _Edward2Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def create_module(self, spec):
-        module = importlib.import_module(TARGET + spec.name[len("edward2"):])
+        # edward2.tensorflow.<sub> is edward2.<sub> (``import edward2`` is its TF backend).
+        parts = spec.name.split(".")[1:]
+        if parts[:1] == ["tensorflow"]:
+            parts = parts[1:]
+        module = importlib.import_module(".".join([TARGET, *parts]))
         self._spec = module.__spec__
         return module
 

@@ -10,10 +10,17 @@ and Keras'.
 
 from bayes_planet._keras import keras
 from bayes_planet.compat.edward2._bridge import Edward2Weight, compat_class, register
+from bayes_planet.layers import extra_initializers as _extra
 from bayes_planet.layers import initializers as _lib
+from bayes_planet.layers.extra_initializers import OrthogonalRandomFeatures
 
 __all__ = [
+    "OrthogonalRandomFeatures",
     "RandomSign",
+    "TrainableCauchy",
+    "TrainableHalfCauchy",
+    "TrainableLogNormal",
+    "TrainableMixtureOfDeltas",
     "TrainableDeterministic",
     "TrainableGlorotNormal",
     "TrainableHeNormal",
@@ -119,6 +126,60 @@ class RandomSign(_lib.RandomSign):
         return {"probs": self.probability, "seed": self.seed}
 
 
+class _LocationScale(Edward2Weight):
+    """edward2's ``(loc_*, scale_*)`` arguments of a location-scale posterior, mapped onto the
+    library's (``mean_*``, ``stddev_*``), with edward2's defaults (locations
+    ``TruncatedNormal(stddev=1e-5)``, raw scales ``TruncatedNormal(-3, 0.1)`` under
+    ``softplus``). The location and raw scale variables are the library's ``mean`` and
+    ``stddev`` (edward2's ``loc`` and ``scale``: ``loc()`` is a method here)."""
+
+    def __init__(self, loc_initializer=None, scale_initializer=None, loc_regularizer=None,
+                 scale_regularizer=None, loc_constraint=None, scale_constraint="softplus",
+                 seed=None, **kwargs):
+        _no_weight_regularizers(type(self).__name__, loc_regularizer=loc_regularizer,
+                                scale_regularizer=scale_regularizer)
+        kwargs.setdefault("mean_initializer",
+                          _small_mean() if loc_initializer is None else loc_initializer)
+        kwargs.setdefault("stddev_initializer",
+                          _raw_stddev() if scale_initializer is None else scale_initializer)
+        kwargs.setdefault("mean_constraint", loc_constraint)
+        kwargs.setdefault("stddev_constraint", scale_constraint)
+        super().__init__(seed=seed, **kwargs)
+
+
+@register
+class TrainableLogNormal(_LocationScale, _extra.TrainableLogNormal):
+    """edward2's ``TrainableLogNormal`` (`bayes_planet.layers.extra_initializers`)."""
+
+
+@register
+class TrainableHalfCauchy(_LocationScale, _extra.TrainableHalfCauchy):
+    """edward2's ``TrainableHalfCauchy`` (`bayes_planet.layers.extra_initializers`)."""
+
+
+@register
+class TrainableCauchy(_LocationScale, _extra.TrainableCauchy):
+    """edward2's ``TrainableCauchy`` (`bayes_planet.layers.extra_initializers`)."""
+
+
+@register
+class TrainableMixtureOfDeltas(Edward2Weight, _extra.TrainableMixtureOfDeltas):
+    """edward2's ``TrainableMixtureOfDeltas(num_components=5, loc_initializer=he_normal)``."""
+
+    def __init__(self, num_components=5, loc_initializer="he_normal", loc_regularizer=None,
+                 loc_constraint=None, seed=None, **kwargs):
+        _no_weight_regularizers(type(self).__name__, loc_regularizer=loc_regularizer)
+        if loc_constraint is not None:
+            raise ValueError("TrainableMixtureOfDeltas: loc_constraint is not implemented. "
+                             f"Received: loc_constraint={loc_constraint!r}")
+        super().__init__(num_components=num_components, loc_initializer=loc_initializer,
+                         **kwargs)
+        self.seed = seed  # Kept for the config, unused (as in edward2).
+
+    def get_config(self):
+        return {**super().get_config(), "seed": self.seed}
+
+
 #: edward2's aliases (its module-level snake-case names); the classes' own names resolve too.
 _ALIASES = {
     "trainable_normal": TrainableNormal,
@@ -126,6 +187,11 @@ _ALIASES = {
     "trainable_glorot_normal": TrainableGlorotNormal,
     "trainable_deterministic": TrainableDeterministic,
     "random_sign": RandomSign,
+    "trainable_log_normal": TrainableLogNormal,
+    "trainable_half_cauchy": TrainableHalfCauchy,
+    "trainable_cauchy": TrainableCauchy,
+    "trainable_mixture_of_deltas": TrainableMixtureOfDeltas,
+    "orthogonal_random_features": OrthogonalRandomFeatures,
 }
 
 
