@@ -15,7 +15,10 @@ subprocess and prints passed / failed / error counts per file and the failing te
 ``--edward2`` is a checkout of github.com/google/edward2 (its root, or the ``edward2``
 package inside it); nothing of it is copied into this repository. The pytest subprocess runs
 with the interpreter of the script (``--python`` for another) and this checkout first on
-``PYTHONPATH``. ``--json PATH`` writes every test's outcome and message.
+``PYTHONPATH``. ``--json PATH`` writes every test's outcome and message. On Keras 3 the
+conftest also makes ``tf.keras.backend.set_learning_phase`` a no-op and gives ``tf.keras.losses``
+its ``mean_squared_error`` (Keras 2 calls of edward2's tests, not of the module measured),
+unless ``--no-keras3-shims``.
 """
 
 import argparse
@@ -69,6 +72,21 @@ class _Edward2Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 sys.meta_path.insert(0, _Edward2Alias())
 '''
 
+#: Appended to the conftest unless ``--no-keras3-shims``: on Keras 3, the Keras 2 calls of
+#: edward2's tests themselves (not of the module measured): ``set_learning_phase`` as a no-op,
+#: ``tf.keras.losses.mean_squared_error`` as Keras 3's function.
+KERAS3_SHIMS = '''
+
+import tensorflow as tf
+
+if not hasattr(tf.keras.backend, "set_learning_phase"):  # Keras 3 has no global phase.
+    tf.keras.backend.set_learning_phase = lambda value: None
+if not hasattr(tf.keras.losses, "mean_squared_error"):  # Keras 3's tf.keras namespace
+    import keras
+
+    tf.keras.losses.mean_squared_error = keras.losses.mean_squared_error
+'''
+
 PYTEST_INI = """\
 [pytest]
 python_files = *_test.py
@@ -103,11 +121,11 @@ def test_files(package, names=None):
     return chosen
 
 
-def run(files, python, keyword=None, extra=()):
+def run(files, python, keyword=None, extra=(), keras3_shims=True):
     """Runs pytest on copies of ``files``; returns ``(records, returncode, stdout)``."""
     with tempfile.TemporaryDirectory(prefix="edward2_tests_") as tmp:
         tmp = pathlib.Path(tmp)
-        (tmp / "conftest.py").write_text(CONFTEST)
+        (tmp / "conftest.py").write_text(CONFTEST + (KERAS3_SHIMS if keras3_shims else ""))
         (tmp / "pytest.ini").write_text(PYTEST_INI)
         for f in files:
             shutil.copy(f, tmp / f.name)
@@ -191,11 +209,15 @@ def main(argv=None):
                         help="the interpreter of the pytest run (default: this one)")
     parser.add_argument("-k", dest="keyword", help="pytest -k expression")
     parser.add_argument("--json", help="write every test's outcome and message here")
+    parser.add_argument("--no-keras3-shims", action="store_true",
+                        help="on Keras 3, leave the tests' Keras 2 calls (set_learning_phase, "
+                        "losses.mean_squared_error) failing")
     parser.add_argument("--show-output", action="store_true",
                         help="print pytest's own output as well")
     args, extra = parser.parse_known_args(argv)
     files = test_files(edward2_package(args.edward2), args.files)
-    records, returncode, output = run(files, args.python, args.keyword, extra)
+    records, returncode, output = run(files, args.python, args.keyword, extra,
+                                      keras3_shims=not args.no_keras3_shims)
     if args.show_output or not records:
         print(output)
     if not records:
