@@ -656,3 +656,10 @@ def for_weight(initializer, name):
     seed = initializer.get_config().get("seed")
     return _with_seed(initializer, None if seed is None else seeds.int_seed(
         seed, f"initial_value/{name}"))
+
+
+# Posteriors beyond the factorized normal and orthogonal random features (their own module,
+# which builds on this one), resolved by the same `get`.
+from bayes_planet.layers import extra_initializers as _extra  # noqa: E402
+
+_ALIASES.update(_extra.ALIASES)

@@ -39,15 +39,19 @@ from bayes_planet.layers.random_variable import RandomVariable
 tfd = tfp.distributions
 
 __all__ = [
+    "CauchyKLDivergence",
     "FanInNormalKLDivergence",
+    "HalfCauchyKLDivergence",
     "KLAnnealing",
     "KLRegularizer",
+    "LogNormalKLDivergence",
     "LogUniformKLDivergence",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
     "NormalKLDivergenceWithTiedMean",
     "Rank1NormalKLDivergence",
     "ScaleMixtureKLDivergence",
+    "UniformKLDivergence",
     "get",
     "serialize",
     "fan_in",
@@ -417,24 +421,52 @@ class NormalEmpiricalBayesKLDivergence(KLRegularizer):
     ``s^2 = mean(scale^2 + (loc - mean)^2)`` over the weight tensor (Wu et al.,
     2018, Sec. 5), so the prior adapts to each layer. The plug-in value is a
     stationary point, so no gradient flows through ``s`` at the optimum.
+
+    With a hyperprior ``s^2 ~ InverseGamma(variance_concentration α, variance_scale β)``
+    (both given; edward2's defaults are α = 2.01, β = 0.101) ``s^2`` is its MAP value
+    ``(Σ (scale² + (loc - mean)²) + 2β) / (n + 2α + 2)`` over the ``n`` entries, and the
+    divergence is ``KL(q || N(mean, s^2)) - log InverseGamma(s^2; α, β)`` (the KL to the
+    joint prior with the variance a point mass at ``s^2``).
     """
 
-    def __init__(self, mean=0.0, scale_factor=1.0, dataset_size=None):
+    def __init__(self, mean=0.0, scale_factor=1.0, dataset_size=None, *,
+                 variance_concentration=None, variance_scale=None):
         super().__init__(scale_factor, dataset_size)
         self.mean = float(mean)
+        if (variance_concentration is None) != (variance_scale is None):
+            raise ValueError("Expected both variance_concentration and variance_scale or "
+                             f"neither. Received: variance_concentration="
+                             f"{variance_concentration!r}, variance_scale={variance_scale!r}")
+        for name, value in (("variance_concentration", variance_concentration),
+                            ("variance_scale", variance_scale)):
+            if value is not None and (isinstance(value, bool) or not isinstance(
+                    value, numbers.Real) or not value > 0):
+                raise ValueError(f"Expected a positive number. Received: {name}={value!r}")
+        self.variance_concentration = (None if variance_concentration is None
+                                       else float(variance_concentration))
+        self.variance_scale = None if variance_scale is None else float(variance_scale)
 
     def divergence(self, x):
         loc, scale = _moments(x)
         if scale is None:
             raise TypeError("Empirical Bayes KL needs a stochastic (normal) posterior.")
         second = tf.square(scale) + tf.square(loc - self.mean)
-        prior_var = tf.reduce_mean(second)
         n = tf.cast(tf.size(loc), loc.dtype)
-        # sum log(s/sq) + second/(2 s^2) - 1/2, with sum(second) = n s^2.
-        return 0.5 * n * tf.math.log(prior_var) - tf.reduce_sum(_log_scale(x, scale))
+        if self.variance_concentration is None:
+            prior_var = tf.reduce_mean(second)
+            # sum log(s/sq) + second/(2 s^2) - 1/2, with sum(second) = n s^2.
+            return 0.5 * n * tf.math.log(prior_var) - tf.reduce_sum(_log_scale(x, scale))
+        alpha, beta = self.variance_concentration, self.variance_scale
+        total = tf.reduce_sum(second)
+        prior_var = (total + 2.0 * beta) / (n + 2.0 * alpha + 2.0)
+        kl = (0.5 * n * tf.math.log(prior_var) - tf.reduce_sum(_log_scale(x, scale))
+              + 0.5 * total / prior_var - 0.5 * n)
+        hyperprior = tfd.InverseGamma(tf.constant(alpha, loc.dtype), tf.constant(beta, loc.dtype))
+        return kl - hyperprior.log_prob(prior_var)
 
     def get_config(self):
-        return {"mean": self.mean, **super().get_config()}
+        return {"mean": self.mean, "variance_concentration": self.variance_concentration,
+                "variance_scale": self.variance_scale, **super().get_config()}
 
 
 # Molchanov et al. (2017), eq. 14: -KL(q || log-uniform) ≈ k1 σ(k2 + k3 log α) - ½ log1p(1/α) - k1.
@@ -466,6 +498,107 @@ def log_alpha_from_moments(loc, scale, clip=8.0):
     return tf.clip_by_value(log_alpha, -clip, clip)
 
 
+def _distribution(x):
+    """The `tfp` distribution of a weight: a posterior's ``distribution()``, a `RandomVariable`'s
+    distribution, or a distribution itself."""
+    if isinstance(x, DistributionInitializer):
+        return x.distribution()
+    if isinstance(x, RandomVariable):
+        return x.distribution
+    if isinstance(x, tfd.Distribution):
+        return x
+    raise TypeError("Expected a posterior, a RandomVariable or a tfp distribution. "
+                    f"Received: {type(x).__name__}")
+
+
+def _base(dist):
+    """``dist`` without its `tfd.Independent` wrappers."""
+    while isinstance(dist, tfd.Independent):
+        dist = dist.distribution
+    return dist
+
+
+def _draw(x, dist):
+    """One reparameterized draw of weight ``x`` (a `RandomVariable`: its value)."""
+    return x.value if isinstance(x, RandomVariable) else dist.sample()
+
+
+def _one_draw_kl(x, prior_cls, loc, scale):
+    """``log q(w) - log p(w)`` at one draw ``w ~ q``, summed over the weight: the
+    single-sample estimate of KL(q || p) (unbiased, and not always positive), for a prior
+    ``prior_cls(loc, scale)`` with no closed-form KL to ``q``."""
+    dist = _distribution(x)
+    w = _draw(x, dist)
+    prior = prior_cls(tf.constant(loc, w.dtype), tf.constant(scale, w.dtype))
+    return tf.reduce_sum(dist.log_prob(w)) - tf.reduce_sum(prior.log_prob(w))
+
+
+class _LocScaleKL(KLRegularizer):
+    """Base of the KL regularizers to a ``loc``/``scale`` prior family."""
+
+    def __init__(self, loc=0.0, scale=1.0, scale_factor=1.0, dataset_size=None):
+        super().__init__(scale_factor, dataset_size)
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale > 0:
+            raise ValueError(f"Expected a positive prior scale. Received: scale={scale!r}")
+        self.loc, self.scale = float(loc), float(scale)
+
+    def get_config(self):
+        return {"loc": self.loc, "scale": self.scale, **super().get_config()}
+
+
+@_register
+class LogNormalKLDivergence(_LocScaleKL):
+    """KL(q || LogNormal(loc, scale²)) summed over a log-normal posterior's entries, in closed
+    form: the KL of the normals of ``log w`` (`extra_initializers.TrainableLogNormal`, or a
+    log-normal `RandomVariable`/distribution). Alias ``'log_normal_kl_divergence'``."""
+
+    def divergence(self, x):
+        base = _base(_distribution(x))
+        if not isinstance(base, tfd.LogNormal):
+            raise TypeError("Expected a log-normal posterior for LogNormalKLDivergence. "
+                            f"Received: {type(base).__name__}")
+        q = tfd.Normal(base.loc, base.scale)
+        p = tfd.Normal(tf.constant(self.loc, q.dtype), tf.constant(self.scale, q.dtype))
+        return tf.reduce_sum(tfd.kl_divergence(q, p))
+
+
+@_register
+class CauchyKLDivergence(_LocScaleKL):
+    """KL(q || Cauchy(loc, scale)) summed over a weight: in closed form for a Cauchy posterior
+    (``log((s_q + s)² + (l_q - l)²) - log(4 s_q s)``, Chyzak & Nielsen 2019), else the
+    single-sample estimate ``log q(w) - log p(w)``, ``w ~ q`` (as edward2's). Alias
+    ``'cauchy_kl_divergence'``."""
+
+    def divergence(self, x):
+        base = _base(_distribution(x))
+        if isinstance(base, tfd.Cauchy):
+            loc, scale = base.loc, base.scale
+            spread = tf.square(scale + self.scale) + tf.square(loc - self.loc)
+            return tf.reduce_sum(tf.math.log(spread) - tf.math.log(4.0 * self.scale * scale))
+        return _one_draw_kl(x, tfd.Cauchy, self.loc, self.scale)
+
+
+@_register
+class HalfCauchyKLDivergence(_LocScaleKL):
+    """KL(q || HalfCauchy(loc, scale)) summed over a weight, by the single-sample estimate
+    ``log q(w) - log p(w)``, ``w ~ q`` (no closed form; edward2's estimate): the horseshoe
+    prior of a positive scale (`extra_initializers.TrainableHalfCauchy`, or a log-normal
+    posterior). Alias ``'half_cauchy_kl_divergence'``."""
+
+    def divergence(self, x):
+        return _one_draw_kl(x, tfd.HalfCauchy, self.loc, self.scale)
+
+
+@_register
+class UniformKLDivergence(KLRegularizer):
+    """``-H[q]``, the negative entropy of the posterior summed over a weight: the KL to a
+    uniform (improper, flat) prior on the posterior's support, up to an additive constant.
+    Alias ``'uniform_kl_divergence'``."""
+
+    def divergence(self, x):
+        return tf.reduce_sum(-_distribution(x).entropy())
+
+
 _ALIASES = {
     "normal_kl_divergence": NormalKLDivergence,
     "normal_kl_divergence_with_tied_mean": NormalKLDivergenceWithTiedMean,
@@ -475,6 +608,10 @@ _ALIASES = {
     "scale_mixture_kl_divergence": ScaleMixtureKLDivergence,
     "normal_empirical_bayes_kl_divergence": NormalEmpiricalBayesKLDivergence,
     "log_uniform_kl_divergence": LogUniformKLDivergence,
+    "log_normal_kl_divergence": LogNormalKLDivergence,
+    "cauchy_kl_divergence": CauchyKLDivergence,
+    "half_cauchy_kl_divergence": HalfCauchyKLDivergence,
+    "uniform_kl_divergence": UniformKLDivergence,
 }
 
 

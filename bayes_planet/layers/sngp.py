@@ -46,6 +46,7 @@ from bayes_planet.layers.random_features import (
 )
 
 __all__ = [
+    "LIKELIHOODS",
     "MEAN_FIELD_FACTOR",
     "GPCovarianceReset",
     "RandomFeatureGaussianProcess",
@@ -69,25 +70,40 @@ def _non_negative(name, value, positive=False):
     return float(value)
 
 
-def mean_field_logits(logits, variance, mean_field_factor=MEAN_FIELD_FACTOR):
+#: `mean_field_logits` likelihoods: the logistic and binary logistic (probit approximation,
+#: ``logits / sqrt(1 + λ v)``) and the Poisson (log-normal mean, ``logits · exp(λ v / 2)``).
+LIKELIHOODS = ("logistic", "binary_logistic", "poisson")
+
+
+def mean_field_logits(logits, variance, mean_field_factor=MEAN_FIELD_FACTOR, *,
+                      likelihood="logistic"):
     """``logits / sqrt(1 + λ · variance)``: the mean-field adjustment of GP logits.
 
     ``softmax`` (or ``sigmoid``) of the result approximates the predictive probabilities
     of Gaussian logits with these means and variances (Liu et al., 2020, eq. 13; edward2's
-    ``mean_field_logits`` takes the covariance matrix: pass its diagonal here).
+    ``mean_field_logits`` takes the covariance matrix: pass its diagonal here). With
+    ``likelihood='poisson'`` the log-rates are scaled by ``exp(λ · variance / 2)`` instead
+    (``E[exp(f)] = exp(μ + v/2)`` for ``λ = 1``; edward2's Poisson case).
 
     Args:
       logits: ``[batch, units]`` (or any shape) posterior mean logits.
       variance: ``[batch]`` predictive variances (one per example, broadcast over the
         units), or a tensor broadcastable to ``logits``.
       mean_field_factor: λ ≥ 0 (default π/8; 0 returns the logits unchanged).
+      likelihood: one of `LIKELIHOODS` (keyword-only, default ``'logistic'``).
     """
     factor = _non_negative("mean_field_factor", mean_field_factor)
+    if likelihood not in LIKELIHOODS:
+        raise ValueError(f"Expected likelihood in {LIKELIHOODS}. Received: "
+                         f"likelihood={likelihood!r}")
     logits = tf.convert_to_tensor(logits)
     variance = tf.cast(variance, logits.dtype)
     if variance.shape.rank is not None and variance.shape.rank == logits.shape.rank - 1:
         variance = variance[..., None]
-    return logits / tf.sqrt(1.0 + tf.constant(factor, logits.dtype) * variance)
+    scaled = tf.constant(factor, logits.dtype) * variance
+    if likelihood == "poisson":
+        return logits * tf.exp(0.5 * scaled)
+    return logits / tf.sqrt(1.0 + scaled)
 
 
 @_register

@@ -140,6 +140,16 @@ class _Rank1Cell:
         self._ensure_seed_counter()
         self.built = True
 
+    def call(self, inputs, states, training=None):
+        """The cell's step; a state of batch 1 (``tf.zeros([1, units])``, which the Keras cells
+        broadcast) is broadcast to the inputs' batch first: every member's block of the batch
+        multiplies its own rows of the state by its factors."""
+        batch = tf.shape(inputs)[0]
+        states = tf.nest.map_structure(
+            lambda s: s if s.shape[0] is not None and s.shape[0] == inputs.shape[0]
+            else tf.broadcast_to(s, tf.concat([[batch], tf.shape(s)[1:]], 0)), states)
+        return super().call(inputs, states, training=training)
+
     def _bias_shape(self):
         return (self._gates * self.units,)
 

@@ -1,0 +1,240 @@
+"""The mechanisms behind `bayes_planet.compat.edward2`: edward2's tracers, its view of a layer
+weight, and layer constructors with edward2's signatures.
+
+* `trace`: edward2's ``with ed.trace(tracer):``. A tracer is ``tracer(f, *args, **kwargs)``
+  that must call ``f`` (the next tracer, innermost first) and return its random variable. It
+  sees every random variable made through `bayes_planet.layers.tracing` (the compat module's
+  constructors ``ed.Normal`` etc., the GP layers' outputs), with ``name``, ``value`` and
+  ``sample_shape`` as keyword arguments it may change, and every distribution weight of a
+  compat layer (`Edward2Weight`): a tracer that gives the weight's random variable a value
+  (``rv._value = rv.distribution.mean()``, or reads ``rv.value``, a draw) makes the weight a
+  point mass at that value for the calls inside the block (`bayes_planet.layers.
+  posterior_mean` is the case of the mean).
+* `Edward2Weight`: edward2's layer weight is a random variable (``layer.kernel.distribution``
+  an attribute, ``layer.alpha[i]`` a tensor); ours is the posterior itself (a Keras layer whose
+  ``distribution()`` is a method). The mixin gives the compat posteriors both views.
+* `Edward2Arguments`: a compat layer's constructor takes edward2's arguments in edward2's
+  order with edward2's defaults, resolves every ``*_initializer``, ``*_regularizer`` and
+  ``*_constraint`` through the compat ``get``\\ s and passes them to the library's class by
+  name.
+"""
+
+import contextlib
+import functools
+import inspect
+import threading
+
+import tensorflow as tf
+
+from bayes_planet._keras import keras
+from bayes_planet.layers import tracing
+from bayes_planet.layers.random_variable import RandomVariable
+
+__all__ = ["Edward2Arguments", "Edward2Weight", "compat_class", "register", "signature", "trace"]
+
+#: Keras registration package of the compat classes (distinct from the library's, whose
+#: classes of the same name have other defaults).
+PACKAGE = "bayes_planet.compat.edward2"
+register = keras.saving.register_keras_serializable(package=PACKAGE)
+
+_STATE = threading.local()
+
+
+def _tracers():
+    if not hasattr(_STATE, "tracers"):
+        _STATE.tracers = []
+    return _STATE.tracers
+
+
+#: The random variable arguments a tracer sees and may change.
+_TRACED_ARGUMENTS = ("name", "value", "sample_shape")
+
+
+@contextlib.contextmanager
+def trace(tracer):
+    """edward2's ``trace``: runs ``tracer(f, *args, **kwargs)`` on every random variable made in
+    the block (see the module docstring). Tracers nest; the innermost runs first."""
+    if not callable(tracer):
+        raise TypeError(f"Expected a callable tracer. Received: tracer={tracer!r}")
+
+    def interceptor(next_fn, distribution, name, **kwargs):
+        def make(*args, **given):
+            del args  # The distribution is made already.
+            for key in ("value", "sample_shape"):
+                if key in given:
+                    kwargs[key] = given[key]
+            return next_fn(distribution, given.get("name", name), **kwargs)
+        return tracer(make, name=name, value=kwargs.get("value"),
+                      sample_shape=kwargs.get("sample_shape", ()))
+
+    stack = _tracers()
+    stack.append(tracer)
+    try:
+        with tracing.intercept(interceptor):
+            yield
+    finally:
+        del stack[max(i for i, t in enumerate(stack) if t is tracer)]
+
+
+def traced_value(weight):
+    """The value the active tracers give ``weight``'s random variable, or None (no tracer, or
+    none of them set a value)."""
+    stack = _tracers()
+    if not stack or getattr(_STATE, "tracing_weight", False):
+        return None  # (Inside a tracer, the weight's own parameters are read untraced.)
+
+    def make(*args, **kwargs):
+        del args
+        return RandomVariable(weight.base_distribution(), value=kwargs.get("value"),
+                              sample_shape=kwargs.get("sample_shape", ()))
+
+    f = make
+    for tracer in stack:  # The innermost (last) tracer runs first.
+        f = functools.partial(tracer, f)
+    _STATE.tracing_weight = True
+    try:
+        rv = f(name=weight.name)
+        value = getattr(rv, "_value", None)
+    finally:
+        _STATE.tracing_weight = False
+    return None if value is None else tf.convert_to_tensor(value)
+
+
+class DistributionView:
+    """A weight's ``distribution``: callable (the library's ``distribution()``) and an
+    attribute (edward2's ``layer.kernel.distribution.stddev()``)."""
+
+    def __init__(self, method):
+        self._method = method
+
+    def __call__(self):
+        return self._method()
+
+    def __getattr__(self, name):
+        return getattr(self._method(), name)
+
+    def __repr__(self):
+        return f"DistributionView({self._method()!r})"
+
+
+class Edward2Weight:
+    """Mixin (before the library's posterior): edward2's view of a distribution weight.
+
+    ``distribution`` is a `DistributionView`; ``weight[key]`` and ``tf.convert_to_tensor(weight)``
+    give its value (the point mass's location; a draw of any other posterior, made when it is
+    read); a tracer's value (`trace`) makes it a point mass for the calls in the block.
+    """
+
+    @property
+    def distribution(self):
+        return DistributionView(self.base_distribution)
+
+    def base_distribution(self):
+        return super().distribution()
+
+    @property
+    def _use_posterior_mean(self):
+        return self.__dict__.get("_edward2_posterior_mean", False) or (
+            self.built and traced_value(self) is not None)
+
+    @_use_posterior_mean.setter
+    def _use_posterior_mean(self, value):
+        self.__dict__["_edward2_posterior_mean"] = value
+
+    def loc(self):
+        value = traced_value(self) if self.built else None
+        return super().loc() if value is None else tf.cast(value, self.param_dtype)
+
+    def edward2_value(self):
+        """The weight's value as edward2 reads it (see the class docstring)."""
+        try:
+            _, scale = self.moments()
+        except NotImplementedError:
+            scale = True
+        if scale is None:
+            return self.loc()
+        return self.base_distribution().sample()
+
+    def __getitem__(self, key):
+        return tf.convert_to_tensor(self.edward2_value())[key]
+
+
+def _to_tensor(value, dtype=None, name=None, as_ref=False):
+    del name, as_ref
+    return tf.convert_to_tensor(value.edward2_value(), dtype=dtype)
+
+
+tf.register_tensor_conversion_function(Edward2Weight, _to_tensor)
+
+
+def compat_class(identifier, classes):
+    """The compat class of ``classes`` a config dict names by its registered name (the library's
+    ``get`` resolves bare class names to its own classes), or None."""
+    if not isinstance(identifier, dict):
+        return None
+    registered = str(identifier.get("registered_name") or "")
+    package, _, name = registered.rpartition(">")
+    if package != PACKAGE:
+        return None
+    return next((cls for cls in classes if cls.__name__ == name), None)
+
+
+def signature(*names, **defaults):
+    """An `inspect.Signature` ``(*names, **defaults, **kwargs)`` (positional-or-keyword
+    parameters in this order; ``names`` without a default)."""
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    params = [inspect.Parameter(n, kind) for n in names]
+    params += [inspect.Parameter(n, kind, default=d) for n, d in defaults.items()]
+    params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+class Edward2Arguments:
+    """Mixin (before the library's layer): edward2's constructor arguments.
+
+    Class attributes: ``edward2_signature`` (`signature`: edward2's parameters, order and
+    defaults), ``edward2_renamed`` (``{edward2 name: library name}``) and ``edward2_fixed``
+    (``{edward2 name: the one value the library implements}``: another value raises a
+    one-line ValueError; the argument is not passed on) and ``edward2_dropped`` (``{edward2
+    name: the values accepted}`` for an argument that changes nothing here; not passed on).
+    Arguments not in the signature
+    (the library's own, e.g. ``seed``, and a config's) are passed on as they are.
+    """
+
+    edward2_signature = None
+    edward2_renamed = {}
+    edward2_fixed = {}
+    edward2_dropped = {}
+
+    def __init__(self, *args, **kwargs):
+        from bayes_planet.compat.edward2 import constraints, initializers, regularizers
+
+        bound = self.edward2_signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        arguments = dict(bound.arguments)
+        arguments.update(arguments.pop("kwargs", {}))
+        for name, allowed in self.edward2_dropped.items():
+            given = arguments.pop(name, None)
+            if given is not None and given not in allowed:
+                raise ValueError(f"Expected {name} in {allowed}. Received: {name}={given!r}")
+        for name, value in self.edward2_fixed.items():
+            given = arguments.pop(name, value)
+            if given != value:
+                raise ValueError(f"{type(self).__name__}: bayes_planet implements "
+                                 f"{name}={value!r} only. Received: {name}={given!r}")
+        for name, value in list(arguments.items()):
+            if name.endswith("_initializer"):
+                arguments[name] = self.edward2_initializer(name, initializers.get(value))
+            elif name.endswith("_regularizer") and name != "activity_regularizer":
+                arguments[name] = regularizers.get(value)
+            elif name.endswith("_constraint"):
+                arguments[name] = constraints.get(value)
+        for old, new in self.edward2_renamed.items():
+            if old in arguments:
+                arguments[new] = arguments.pop(old)
+        super().__init__(**arguments)
+
+    def edward2_initializer(self, name, initializer):
+        """Hook: the initializer passed on for argument ``name`` (default: as resolved)."""
+        del name
+        return initializer
