@@ -14,7 +14,6 @@ noise state is checkpointed with the model, and everything compiles under XLA.
 """
 
 import contextlib
-import numbers
 import random
 import warnings
 
@@ -23,6 +22,7 @@ import tensorflow as tf
 from bayes_planet._deprecation import moved_attributes
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
+from bayes_planet.layers.checks import check_positive_int
 from bayes_planet.layers.initializers import DistributionInitializer
 
 __all__ = [
@@ -41,11 +41,6 @@ __getattr__ = moved_attributes(__name__, "bayes_planet.layers.noise", (
     "multi_replica_context", "per_example", "per_example_sample", "split_seed", "standard_normal"))
 
 
-def check_positive_int(name, value):
-    """Returns ``int(value)``; raises ValueError unless it is a positive integer."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-        raise ValueError(f"Expected a positive integer. Received: {name}={value!r}")
-    return int(value)
 
 
 def check_dense_extras(lora_rank=None, lora_alpha=None, quantization_config=None):

@@ -549,7 +549,7 @@ class _LocScaleKL(KLRegularizer):
 @_register
 class LogNormalKLDivergence(_LocScaleKL):
     """KL(q || LogNormal(loc, scale²)) summed over a log-normal posterior's entries, in closed
-    form: the KL of the normals of ``log w`` (`extra_initializers.TrainableLogNormal`, or a
+    form: the KL of the normals of ``log w`` (`initializers.TrainableLogNormal`, or a
     log-normal `RandomVariable`/distribution). Alias ``'log_normal_kl_divergence'``."""
 
     def divergence(self, x):
@@ -582,7 +582,7 @@ class CauchyKLDivergence(_LocScaleKL):
 class HalfCauchyKLDivergence(_LocScaleKL):
     """KL(q || HalfCauchy(loc, scale)) summed over a weight, by the single-sample estimate
     ``log q(w) - log p(w)``, ``w ~ q`` (no closed form; edward2's estimate): the horseshoe
-    prior of a positive scale (`extra_initializers.TrainableHalfCauchy`, or a log-normal
+    prior of a positive scale (`initializers.TrainableHalfCauchy`, or a log-normal
     posterior). Alias ``'half_cauchy_kl_divergence'``."""
 
     def divergence(self, x):

@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_probability as tfp
 
 import bayes_planet.layers as bl
-from bayes_planet.layers import extra_initializers, initializers, regularizers
+from bayes_planet.layers import initializers, regularizers
 from bayes_planet.layers.testing import run_layer_test
 
 tfd = tfp.distributions
@@ -20,7 +20,11 @@ def _built(init, shape=(4000,)):
     return init
 
 
-@pytest.mark.parametrize("alias, cls", sorted(extra_initializers.ALIASES.items()))
+@pytest.mark.parametrize("alias, cls", [
+    ("orthogonal_random_features", initializers.OrthogonalRandomFeatures),
+    ("trainable_half_cauchy", initializers.TrainableHalfCauchy),
+    ("trainable_log_normal", initializers.TrainableLogNormal),
+    ("trainable_mixture_of_deltas", initializers.TrainableMixtureOfDeltas)])
 def test_aliases_resolve_through_the_one_get(alias, cls):
     assert type(initializers.get(alias)) is cls
 
@@ -61,20 +65,20 @@ def test_mixture_of_deltas_draws_its_locations_uniformly():
         np.testing.assert_allclose(counts, 0.2, atol=0.03)  # binomial sd ≈ 0.0073
     np.testing.assert_allclose(init.loc().numpy(), locations.mean(-1), rtol=1e-6)
     with pytest.raises(ValueError, match="Expected a positive integer. Received: num_comp"):
-        extra_initializers.TrainableMixtureOfDeltas(0)
+        initializers.TrainableMixtureOfDeltas(0)
 
 
 def test_orthogonal_random_features():
-    w = extra_initializers.OrthogonalRandomFeatures(stddev=0.5, random_norm=False, seed=3)(
+    w = initializers.OrthogonalRandomFeatures(stddev=0.5, random_norm=False, seed=3)(
         (64, 160)).numpy()
     np.testing.assert_allclose((w ** 2).sum(0), 64 * 0.25, rtol=1e-4)
     for start in (0, 64):
         block = w[:, start:start + 64]
         np.testing.assert_allclose(block @ block.T, 16 * np.eye(64), atol=1e-3)
-    again = extra_initializers.OrthogonalRandomFeatures(0.5, False, 3)((64, 160)).numpy()
+    again = initializers.OrthogonalRandomFeatures(0.5, False, 3)((64, 160)).numpy()
     np.testing.assert_array_equal(w, again)
     with pytest.raises(ValueError, match="Received: stddev=0"):
-        extra_initializers.OrthogonalRandomFeatures(stddev=0)
+        initializers.OrthogonalRandomFeatures(stddev=0)
 
 
 def test_log_normal_kl_is_closed_form():

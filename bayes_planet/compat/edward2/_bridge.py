@@ -13,10 +13,8 @@ weight, and layer constructors with edward2's signatures.
 * `Edward2Weight`: edward2's layer weight is a random variable (``layer.kernel.distribution``
   an attribute, ``layer.alpha[i]`` a tensor); ours is the posterior itself (a Keras layer whose
   ``distribution()`` is a method). The mixin gives the compat posteriors both views.
-* `Edward2Arguments`: a compat layer's constructor takes edward2's arguments in edward2's
-  order with edward2's defaults, resolves every ``*_initializer``, ``*_regularizer`` and
-  ``*_constraint`` through the compat ``get``\\ s and passes them to the library's class by
-  name.
+
+The constructor mixin that takes edward2's arguments is `layers._arguments.Edward2Arguments`.
 """
 
 import contextlib
@@ -30,7 +28,7 @@ from bayes_planet._keras import keras
 from bayes_planet.layers import tracing
 from bayes_planet.layers.random_variable import RandomVariable
 
-__all__ = ["Edward2Arguments", "Edward2Weight", "compat_class", "register", "signature", "trace"]
+__all__ = ["Edward2Weight", "compat_class", "register", "signature", "trace"]
 
 #: Keras registration package of the compat classes (distinct from the library's, whose
 #: classes of the same name have other defaults).
@@ -187,54 +185,3 @@ def signature(*names, **defaults):
     params += [inspect.Parameter(n, kind, default=d) for n, d in defaults.items()]
     params.append(inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD))
     return inspect.Signature(params)
-
-
-class Edward2Arguments:
-    """Mixin (before the library's layer): edward2's constructor arguments.
-
-    Class attributes: ``edward2_signature`` (`signature`: edward2's parameters, order and
-    defaults), ``edward2_renamed`` (``{edward2 name: library name}``) and ``edward2_fixed``
-    (``{edward2 name: the one value the library implements}``: another value raises a
-    one-line ValueError; the argument is not passed on) and ``edward2_dropped`` (``{edward2
-    name: the values accepted}`` for an argument that changes nothing here; not passed on).
-    Arguments not in the signature
-    (the library's own, e.g. ``seed``, and a config's) are passed on as they are.
-    """
-
-    edward2_signature = None
-    edward2_renamed = {}
-    edward2_fixed = {}
-    edward2_dropped = {}
-
-    def __init__(self, *args, **kwargs):
-        from bayes_planet.compat.edward2 import constraints, initializers, regularizers
-
-        bound = self.edward2_signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
-        arguments.update(arguments.pop("kwargs", {}))
-        for name, allowed in self.edward2_dropped.items():
-            given = arguments.pop(name, None)
-            if given is not None and given not in allowed:
-                raise ValueError(f"Expected {name} in {allowed}. Received: {name}={given!r}")
-        for name, value in self.edward2_fixed.items():
-            given = arguments.pop(name, value)
-            if given != value:
-                raise ValueError(f"{type(self).__name__}: bayes_planet implements "
-                                 f"{name}={value!r} only. Received: {name}={given!r}")
-        for name, value in list(arguments.items()):
-            if name.endswith("_initializer"):
-                arguments[name] = self.edward2_initializer(name, initializers.get(value))
-            elif name.endswith("_regularizer") and name != "activity_regularizer":
-                arguments[name] = regularizers.get(value)
-            elif name.endswith("_constraint"):
-                arguments[name] = constraints.get(value)
-        for old, new in self.edward2_renamed.items():
-            if old in arguments:
-                arguments[new] = arguments.pop(old)
-        super().__init__(**arguments)
-
-    def edward2_initializer(self, name, initializer):
-        """Hook: the initializer passed on for argument ``name`` (default: as resolved)."""
-        del name
-        return initializer

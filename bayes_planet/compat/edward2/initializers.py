@@ -10,9 +10,8 @@ and Keras'.
 
 from bayes_planet._keras import keras
 from bayes_planet.compat.edward2._bridge import Edward2Weight, compat_class, register
-from bayes_planet.layers import extra_initializers as _extra
 from bayes_planet.layers import initializers as _lib
-from bayes_planet.layers.extra_initializers import OrthogonalRandomFeatures
+from bayes_planet.layers.initializers import OrthogonalRandomFeatures
 
 __all__ = [
     "OrthogonalRandomFeatures",
@@ -148,22 +147,22 @@ class _LocationScale(Edward2Weight):
 
 
 @register
-class TrainableLogNormal(_LocationScale, _extra.TrainableLogNormal):
-    """edward2's ``TrainableLogNormal`` (`bayes_planet.layers.extra_initializers`)."""
+class TrainableLogNormal(_LocationScale, _lib.TrainableLogNormal):
+    """edward2's ``TrainableLogNormal`` (`bayes_planet.layers.initializers`)."""
 
 
 @register
-class TrainableHalfCauchy(_LocationScale, _extra.TrainableHalfCauchy):
-    """edward2's ``TrainableHalfCauchy`` (`bayes_planet.layers.extra_initializers`)."""
+class TrainableHalfCauchy(_LocationScale, _lib.TrainableHalfCauchy):
+    """edward2's ``TrainableHalfCauchy`` (`bayes_planet.layers.initializers`)."""
 
 
 @register
-class TrainableCauchy(_LocationScale, _extra.TrainableCauchy):
-    """edward2's ``TrainableCauchy`` (`bayes_planet.layers.extra_initializers`)."""
+class TrainableCauchy(_LocationScale, _lib.TrainableCauchy):
+    """edward2's ``TrainableCauchy`` (`bayes_planet.layers.initializers`)."""
 
 
 @register
-class TrainableMixtureOfDeltas(Edward2Weight, _extra.TrainableMixtureOfDeltas):
+class TrainableMixtureOfDeltas(Edward2Weight, _lib.TrainableMixtureOfDeltas):
     """edward2's ``TrainableMixtureOfDeltas(num_components=5, loc_initializer=he_normal)``."""
 
     def __init__(self, num_components=5, loc_initializer="he_normal", loc_regularizer=None,

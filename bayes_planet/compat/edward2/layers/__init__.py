@@ -1,6 +1,6 @@
 """edward2's ``ed.layers``: its layer names, arguments and defaults over `bayes_planet.layers`.
 
-Each class subclasses the library's layer of the same name (`_bridge.Edward2Arguments`):
+Each class subclasses the library's layer of the same name (`_arguments.Edward2Arguments`):
 edward2's positional order and defaults, every initializer, regularizer and constraint
 resolved through the compat ``get``\\ s (so ``'trainable_normal'`` is edward2's
 ``TrainableNormal``, means ~ N(0, 1e-5²)), and edward2's extra methods (``call_weights``,
@@ -13,9 +13,10 @@ import tensorflow as tf
 
 import bayes_planet.layers as _bl
 from bayes_planet._keras import keras
-from bayes_planet.compat.edward2._bridge import Edward2Arguments, register, signature
+from bayes_planet.compat.edward2._bridge import register, signature
 from bayes_planet.compat.edward2.initializers import TrainableDeterministic
 from bayes_planet.compat.edward2.layers import gaussian_process, utils
+from bayes_planet.compat.edward2.layers._arguments import Edward2Arguments
 
 __all__ = [
     "ActNorm",
