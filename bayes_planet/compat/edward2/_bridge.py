@@ -28,7 +28,7 @@ from bayes_planet._keras import keras
 from bayes_planet.layers import tracing
 from bayes_planet.layers.random_variable import RandomVariable
 
-__all__ = ["Edward2Weight", "compat_class", "register", "signature", "trace"]
+__all__ = ["Edward2Weight", "compat_class", "compat_get", "register", "signature", "trace"]
 
 #: Keras registration package of the compat classes (distinct from the library's, whose
 #: classes of the same name have other defaults).
@@ -175,6 +175,25 @@ def compat_class(identifier, classes):
     if package != PACKAGE:
         return None
     return next((cls for cls in classes if cls.__name__ == name), None)
+
+
+def compat_get(identifier, value, aliases, library_get):
+    """A compat module's ``get``: an edward2 name of ``aliases`` (snake case or its class name)
+    gives a fresh instance, a config naming a compat class is rebuilt from it, and anything else
+    is ``library_get(value)`` (``value``: ``identifier`` where None)."""
+    if value is None:
+        value = identifier
+    if identifier is None:
+        return None
+    if isinstance(identifier, str):
+        by_class = {cls.__name__: cls for cls in aliases.values()}
+        cls = aliases.get(identifier) or by_class.get(identifier)
+        if cls is not None:
+            return cls()
+    cls = compat_class(identifier, aliases.values())
+    if cls is not None:
+        return cls.from_config(identifier.get("config", {}))
+    return library_get(value)
 
 
 def signature(*names, **defaults):

@@ -9,7 +9,7 @@ and Keras'.
 """
 
 from bayes_planet._keras import keras
-from bayes_planet.compat.edward2._bridge import Edward2Weight, compat_class, register
+from bayes_planet.compat.edward2._bridge import Edward2Weight, compat_get, register
 from bayes_planet.layers import initializers as _lib
 from bayes_planet.layers.initializers import OrthogonalRandomFeatures
 
@@ -198,19 +198,7 @@ def get(identifier, value=None):
     """edward2's ``initializers.get``: an edward2 name (snake case or its class name), a config,
     a callable, or anything `bayes_planet.layers.initializers.get` resolves (the library's
     names, Keras'); ``value`` is what to resolve when ``identifier`` is only a key."""
-    if value is None:
-        value = identifier
-    if identifier is None:
-        return None
-    if isinstance(identifier, str):
-        by_class = {cls.__name__: cls for cls in _ALIASES.values()}
-        cls = _ALIASES.get(identifier) or by_class.get(identifier)
-        if cls is not None:
-            return cls()
-    cls = compat_class(identifier, _ALIASES.values())
-    if cls is not None:
-        return cls.from_config(identifier.get("config", {}))
-    return _lib.get(value)
+    return compat_get(identifier, value, _ALIASES, _lib.get)
 
 
 def serialize(initializer):

@@ -5,7 +5,7 @@ a `RandomVariable` or a `tfp` distribution as edward2's do); `get` adds edward2'
 ``''`` means no regularizer.
 """
 
-from bayes_planet.compat.edward2._bridge import compat_class, register
+from bayes_planet.compat.edward2._bridge import compat_get, register
 from bayes_planet.layers import regularizers as _lib
 from bayes_planet.layers.regularizers import (
     CauchyKLDivergence,
@@ -60,19 +60,9 @@ _ALIASES = {
 def get(identifier, value=None):
     """edward2's ``regularizers.get``: None for None or ``''``; an edward2 name (snake case or
     its class name); else `bayes_planet.layers.regularizers.get` (the library's names, Keras')."""
-    if value is None:
-        value = identifier
-    if identifier is None or (isinstance(identifier, str) and not identifier):
+    if isinstance(identifier, str) and not identifier:
         return None
-    if isinstance(identifier, str):
-        by_class = {cls.__name__: cls for cls in _ALIASES.values()}
-        cls = _ALIASES.get(identifier) or by_class.get(identifier)
-        if cls is not None:
-            return cls()
-    cls = compat_class(identifier, _ALIASES.values())
-    if cls is not None:
-        return cls.from_config(identifier.get("config", {}))
-    return _lib.get(value)
+    return compat_get(identifier, value, _ALIASES, _lib.get)
 
 
 def serialize(regularizer):
