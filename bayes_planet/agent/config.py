@@ -221,6 +221,8 @@ def upgrade(data):
         loss["kl_balance"] = None
     if isinstance(loss, dict) and "overshooting" not in loss:
         loss["overshooting"] = 0
+    if isinstance(loss, dict) and "obs_grad_scale" not in loss:
+        loss["obs_grad_scale"] = 1.0
     planner = data.get("planner")
     if isinstance(planner, dict) and "warm_start" not in planner:
         planner["warm_start"] = False
@@ -269,7 +271,7 @@ _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
 _NULLABLE = ("env.action_repeat", "planner.exploration_final")
 #: (low, high, whether low is allowed) of floats in an interval; high is allowed.
 _INTERVALS = {"value.discount": (0.0, 1.0, False), "value.td_lambda": (0.0, 1.0, True),
-              "value.target_rate": (0.0, 1.0, False)}
+              "value.target_rate": (0.0, 1.0, False), "loss.obs_grad_scale": (0.0, 1.0, True)}
 _FINITE_FLOAT = ("planner.beta",)
 #: Transition estimators without weight noise: two weight samples are the same weights.
 NO_WEIGHT_NOISE = (layer_registry.DETERMINISTIC, "batch_ensemble")

@@ -11,7 +11,10 @@ Training objective per sequence chunk (Hafner et al., 2018, eq. 3; Tran et al.,
 
 The bracketed terms are ``loss.overshooting = D > 0``: the prior rolled d = 1..D steps
 open-loop from each posterior state with the replayed actions (PlaNet's latent overshooting,
-its targets stopped, and TD-MPC's multi-step reward loss). ``loss.kl_balance = a`` splits
+its targets stopped, and TD-MPC's multi-step reward loss). ``loss.obs_grad_scale = c``
+scales the observation term's gradient into the latent (``s_t``, hence the RSSM and the
+encoder) by c without changing its value or the decoder's gradient (c = 0: the decoder
+learns on stopped latents). ``loss.kl_balance = a`` splits
 the state KL's gradient: a of it reaches the prior (KL(sg q || p)), 1 - a the posterior
 (KL(q || sg p); DreamerV2), its value unchanged.
 
@@ -156,15 +159,19 @@ class WorldModel(tf.Module):
         """`loss` and the batch's posterior states."""
         noise_seed, rssm_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
         obs = self.observation(batch["obs"], noise_seed)
+        cfg = self.loss_config
         # An ensemble transition sees the batch once per member (E blocks; E = 1 otherwise).
         embed, action, obs, reward = self.rssm.tile_members(
             (self.encoder(obs), batch["action"], obs, batch["reward"]))
         post, prior = self.rssm.observe(embed, action, rssm_seed)
         feat = self.rssm.features(post)
+        obs_feat = feat
+        if cfg.obs_grad_scale != 1.0:  # loss.obs_grad_scale of the gradient reaches the latent.
+            stopped = tf.stop_gradient(feat)
+            obs_feat = stopped + cfg.obs_grad_scale * (feat - stopped)
         # Means over (members,) batch and time (over the global batch under a strategy).
-        cfg = self.loss_config
         recon, reward_lp, kl_loss, kl = self._global_terms(
-            [self.obs_head(self.decoder(feat)).log_prob(obs), self._reward_lp(post, reward)],
+            [self.obs_head(self.decoder(obs_feat)).log_prob(obs), self._reward_lp(post, reward)],
             post, prior, cfg.kl_balance)
         weight_kl = self.weight_kl()
         n = tf.cast(num_transitions, tf.float32)

@@ -1,7 +1,8 @@
 """The world model's optional loss terms: KL balancing (``loss.kl_balance``) splits the state
-KL's gradient between prior and posterior without changing its value, and latent and reward
+KL's gradient between prior and posterior without changing its value, latent and reward
 overshooting (``loss.overshooting``) scores the prior's open-loop rollouts against the
-posterior and the real rewards."""
+posterior and the real rewards, and ``loss.obs_grad_scale`` scales the observation term's
+gradient into the latent without changing its value or the decoder's gradient."""
 
 import numpy as np
 import pytest
@@ -111,11 +112,42 @@ def test_overshooting_trains_every_transition(estimator):
     assert np.isfinite(float(metrics["overshooting_kl"]))
 
 
+def _obs_gradients(model, batch, seed):
+    """Gradients of the observation term: the decoder's, and the encoder's and RSSM's."""
+    with tf.GradientTape(persistent=True) as tape:
+        loss, m = model.loss(batch, seed, 100)
+        obs_nll = m["obs_nll"]
+    grads = [tape.gradient(obs_nll, net.trainable_variables)
+             for net in (model.decoder, model.encoder, model.rssm)]
+    return loss, m, [[np.zeros(v.shape) if g is None else g.numpy() for g, v in zip(
+        gs, net.trainable_variables, strict=True)] for gs, net in zip(
+            grads, (model.decoder, model.encoder, model.rssm), strict=True)]
+
+
+def test_obs_grad_scale_scales_the_latents_gradient_not_the_value():
+    batch, seed = _batch(4), tf.constant([3, 1])
+    plain = _model()
+    loss0, m0, (dec0, enc0, rssm0) = _obs_gradients(plain, batch, seed)
+    assert max(float(np.abs(g).max()) for g in enc0 + rssm0) > 0  # The plain loss reaches both.
+    for scale in (0.0, 0.25):
+        loss, m, (dec, enc, rssm) = _obs_gradients(
+            _twin(plain, f"loss.obs_grad_scale={scale}"), batch, seed)
+        np.testing.assert_allclose(float(loss), float(loss0), rtol=1e-6)
+        for key in ("obs_nll", "reward_nll", "state_kl"):
+            np.testing.assert_allclose(float(m[key]), float(m0[key]), rtol=1e-6)
+        for g, g0 in zip(dec, dec0, strict=True):  # The decoder learns at full weight.
+            np.testing.assert_allclose(g, g0, rtol=1e-5, atol=1e-7)
+        for g, g0 in zip(enc + rssm, enc0 + rssm0, strict=True):
+            np.testing.assert_allclose(g, scale * g0, rtol=1e-4, atol=1e-7)
+
+
 @pytest.mark.parametrize("key, value, expected", [
     ("loss.kl_balance", "1.5", "Expected null or a number in [0, 1]. Received: loss.kl_balance=1.5"),
     ("loss.kl_balance", "-0.1", "Received: loss.kl_balance=-0.1"),
     ("loss.overshooting", "-1", "Expected a non-negative integer. Received: loss.overshooting=-1"),
     ("loss.overshooting", "8", "Expected less than train.chunk_length=8"),
+    ("loss.obs_grad_scale", "1.5", "Expected a number in [0.0, 1.0]. Received: loss.obs_grad_scale=1.5"),
+    ("loss.obs_grad_scale", "-0.5", "Received: loss.obs_grad_scale=-0.5"),
 ])
 def test_loss_keys_are_range_checked(key, value, expected):
     with pytest.raises(config_lib.ConfigError) as info:
@@ -125,6 +157,7 @@ def test_loss_keys_are_range_checked(key, value, expected):
 
 def test_runs_recorded_without_the_keys_keep_the_plain_loss():
     data = config_lib.load().to_dict()
-    del data["loss"]["kl_balance"], data["loss"]["overshooting"]
+    del data["loss"]["kl_balance"], data["loss"]["overshooting"], data["loss"]["obs_grad_scale"]
     loss = config_lib.upgrade(data)["loss"]
     assert loss["kl_balance"] is None and loss["overshooting"] == 0
+    assert loss["obs_grad_scale"] == 1.0
