@@ -16,7 +16,6 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from bayes_planet._extras import AGENT_MODULES, MissingExtraError, agent_extra_installed  # noqa: E402
-from bayes_planet.layers._compat import NotPortedError  # noqa: E402
 
 AGENT_EXTRA_INSTALLED = agent_extra_installed()
 
@@ -43,16 +42,12 @@ def _needs_agent_extra(exc):
 
 @pytest.hookimpl(wrapper=True)
 def pytest_make_collect_report(collector):
-    """On a layers-only install, a test module that imports the agent is skipped, not an error;
-    so is, on Keras 3, a module that builds a layer of a family not yet ported there at import
-    (`NotPortedError`, #28 phase 2), with the error as the reason.
+    """On a layers-only install, a test module that imports the agent is skipped, not an error.
 
-    With the agent extra installed (and on Keras 2) this changes nothing: import errors stay
-    errors.
+    With the agent extra installed this changes nothing: import errors stay errors.
     """
     report = yield
-    if ((AGENT_EXTRA_INSTALLED and not KERAS3) or not report.failed
-            or not isinstance(collector, pytest.Module)):
+    if AGENT_EXTRA_INSTALLED or not report.failed or not isinstance(collector, pytest.Module):
         return report
     try:
         _ = collector.obj  # re-imports the module to get the exception itself
@@ -61,46 +56,19 @@ def pytest_make_collect_report(collector):
             return pytest.CollectReport(collector.nodeid, "skipped",
                                         (str(collector.path), 0, f"Skipped: {AGENT_SKIP_REASON}"),
                                         [])
-    except NotPortedError as e:  # not an import error: pytest does not wrap it
-        return pytest.CollectReport(collector.nodeid, "skipped",
-                                    (str(collector.path), 0, f"Skipped: Keras 3: {e}"), [])
     return report
-
-
-def _not_ported(exc):
-    """The `NotPortedError` behind `exc`, if any: a layer family not yet on Keras 3."""
-    while exc is not None:
-        if isinstance(exc, NotPortedError):
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item, call):
     """The same for a test that imports the agent inside its body, or in a subprocess whose
-    traceback (reported by the test) ends in `MissingExtraError`.
-
-    A test that fails because it builds, on Keras 3, a layer of a family not yet ported there
-    (`NotPortedError`, #28 phase 2; in this process or in a subprocess whose traceback the
-    test reports) is reported as skipped, with the error as the reason.
-    """
+    traceback (reported by the test) ends in `MissingExtraError`."""
     report = yield
     if (not AGENT_EXTRA_INSTALLED and call.excinfo is not None and report.failed
             and (_needs_agent_extra(call.excinfo.value)
                  or f"{MissingExtraError.__module__}.MissingExtraError:" in str(report.longrepr))):
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {AGENT_SKIP_REASON}")
-    elif call.excinfo is not None and report.failed:
-        # Here, or in a subprocess on Keras 3 (a cross-stack test) whose traceback it reports.
-        not_ported = _not_ported(call.excinfo.value) if KERAS3 else None
-        marker = f"{NotPortedError.__module__}.NotPortedError:"
-        if not_ported is None and marker in str(report.longrepr):
-            not_ported = str(report.longrepr).split(marker, 1)[1].strip().splitlines()[0]
-        if not_ported is not None:
-            report.outcome = "skipped"
-            report.longrepr = (str(item.path), item.location[1] or 0,
-                               f"Skipped: Keras 3: {not_ported}")
     return report
 
 

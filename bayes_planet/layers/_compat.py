@@ -29,12 +29,10 @@ __all__ = [
     "ATTENTION_NEWER_PARAMETERS",
     "KERAS3",
     "KERNEL_REWRITE_PARAMETERS",
-    "NOT_PORTED",
     "NO_AUTOCAST",
     "ONLY_FIRST_REPLICA",
     "SEED_COUNTER_KWARGS",
     "LayerState",
-    "NotPortedError",
     "PosteriorLoss",
     "RandomVariableInputs",
     "RandomVariableOutputs",
@@ -51,11 +49,9 @@ __all__ = [
     "conv_input_and_op",
     "increment",
     "is_variable",
-    "keras2_only",
     "kernel_replaced",
     "minimize",
     "name_scope",
-    "not_ported_family",
     "random_variable_loss",
     "set_untracked",
     "shape_list",
@@ -417,45 +413,6 @@ if KERAS3:
                     **config, "fn": keras.saving.serialize_keras_object(fn)}:
                 return shared
             return cls(fn, **config)
-
-
-class NotPortedError(NotImplementedError):
-    """A layer family that does not run on Keras 3 yet (issue #28, phase 2)."""
-
-
-#: ``{family: [classes]}`` of the families marked `keras2_only`: not yet on Keras 3.
-NOT_PORTED = {}
-
-
-def keras2_only(family):
-    """Class decorator: on Keras 3, constructing the class (or a subclass) raises
-    `NotPortedError` naming ``family`` and the ways to run it on Keras 2; on Keras 2 the class
-    is unchanged."""
-    def decorate(cls):
-        NOT_PORTED.setdefault(family, []).append(cls)
-        if not KERAS3:
-            return cls
-
-        def __init__(self, *args, **kwargs):  # no functools.wraps: Keras 3 reads this signature
-            raise NotPortedError(
-                f"{type(self).__name__}: {family} are not yet ported to Keras 3 (#28 phase 2). "
-                "Use them with Keras 2: TensorFlow 2.15, or tf-keras with TF_USE_LEGACY_KERAS=1 "
-                "set before TensorFlow is imported.")
-
-        __init__.not_ported_family = family
-        cls.__init__ = __init__
-        return cls
-
-    return decorate
-
-
-def not_ported_family(cls):
-    """The family of a layer class that cannot be built on this Keras (`keras2_only`), or None."""
-    for base in cls.__mro__:
-        family = getattr(vars(base).get("__init__"), "not_ported_family", None)
-        if family is not None:
-            return family
-    return None
 
 
 # GP / SNGP (k3-gp) ---------------------------------------------------------------------------

@@ -27,19 +27,18 @@ import numpy as np
 import tensorflow as tf
 
 from bayes_planet._keras import KERAS3, keras
-from bayes_planet.layers._compat import not_ported_family, submodules, variable_name, weight_losses
+from bayes_planet.layers._compat import submodules, variable_name, weight_losses
 from bayes_planet.layers.base import moments, posterior_mean
 from bayes_planet.layers.initializers import DistributionInitializer, TrainableRandomSignNormal
 from bayes_planet.layers.random_variable import RandomVariable
 
 # Stack-neutral views for tests (Keras 2 and Keras 3 differ: `bayes_planet.layers._compat`):
 # `submodules(module)` the layers inside a layer/model; `weight_losses(module)` its distribution
-# weights' KL terms, computed now; `not_ported_family(cls)` the family of a layer class not yet
-# on Keras 3 (None if it runs here).
+# weights' KL terms, computed now.
 __all__ = ["CellRNN", "SelfAttention", "assert_reloads_in_a_fresh_process",
            "check_batch_checked_at_run_time", "check_distinct_initial_weights",
            "check_gradients", "check_mixed_precision_fit", "factor_means", "global_policy",
-           "mean_prediction", "normal_array", "normal_kl", "not_ported_family",
+           "mean_prediction", "normal_array", "normal_kl",
            "run_layer_test", "run_python", "save_saved_model", "submodules", "to_tensor",
            "weight_losses", "wide_factors"]
 

@@ -13,7 +13,6 @@ import tensorflow as tf
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import KERAS3, TF_VERSION, keras
-from bayes_planet.layers._compat import NOT_PORTED, NotPortedError, keras2_only
 from bayes_planet.layers.testing import assert_reloads_in_a_fresh_process, run_python
 
 keras3_only = pytest.mark.skipif(
@@ -68,27 +67,6 @@ def test_layers_are_native_keras3_layers():
     model = keras3.Sequential([keras3.Input((5,)), layer, keras3.layers.Dense(3)])
     assert model(np.ones((2, 5), "float32")).shape == (2, 3)
     assert len(model.losses) == 1 and float(model.losses[0]) > 0
-
-
-@keras3_only
-def test_every_family_is_ported_and_a_keras2_only_mark_fails_in_one_clear_line():
-    """Every family runs on Keras 3 (#28): none is marked `keras2_only`. The mark stays for a
-    family that cannot yet: building one refuses in one line naming the class, its family and
-    the ways to run it on Keras 2 (never a layer that is silently wrong)."""
-    import bayes_planet.layers  # noqa: F401 - every family registered
-
-    assert NOT_PORTED == {}, sorted(NOT_PORTED)
-    try:
-        @keras2_only("test layers")
-        class Marked(keras.layers.Layer):
-            pass
-
-        with pytest.raises(NotPortedError, match=(
-                r"^Marked: test layers are not yet ported to Keras 3 \(#28 phase 2\)\. Use them "
-                r"with Keras 2: .*TF_USE_LEGACY_KERAS=1")):
-            Marked()
-    finally:
-        NOT_PORTED.pop("test layers", None)
 
 
 def _fig4_cnn():

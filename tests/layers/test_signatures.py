@@ -19,7 +19,6 @@ import tensorflow as tf
 
 import bayes_planet.layers as bl
 from bayes_planet._keras import keras
-from bayes_planet.layers.testing import not_ported_family
 
 # Bayesian layer -> (Keras twin, input shape for a call).
 TWINS = {
@@ -124,10 +123,7 @@ def _params(cls):
 
 def _cases():
     for ours, (twin, shape) in TWINS.items():
-        family = not_ported_family(ours)
-        marks = [pytest.mark.skip(reason=f"Keras 3: {family} not yet ported (#28 phase 2)")
-                 ] if family else []
-        yield pytest.param(ours, twin, shape, id=ours.__name__, marks=marks)
+        yield pytest.param(ours, twin, shape, id=ours.__name__)
 
 
 def test_every_bayesian_keras_twin_is_covered():
