@@ -105,6 +105,7 @@ from bayes_planet.layers.outputs import (
     negative_log_likelihood,
 )
 from bayes_planet.layers.point_process import GridPoissonProcess, PoissonProcess
+from bayes_planet.layers.posterior_network import FlowDensity, PosteriorNetwork, uce_loss
 from bayes_planet.layers.random_features import RandomFourierFeatures
 from bayes_planet.layers.random_variable import RandomVariable
 from bayes_planet.layers.recurrent import (
@@ -204,6 +205,8 @@ __all__ = [
     "NormalKLDivergenceWithTiedMean",
     "ScaleMixtureKLDivergence",
     "Permutation",
+    "PosteriorNetwork",
+    "FlowDensity",
     "PoissonProcess",
     "PositionEmbedding",
     "Positive",
@@ -259,4 +262,5 @@ __all__ = [
     "tile_batch",
     "tracing",
     "transform_random_variable",
+    "uce_loss",
 ]

@@ -17,6 +17,7 @@ from bayes_planet.compat.edward2._bridge import register, signature
 from bayes_planet.compat.edward2.initializers import TrainableDeterministic
 from bayes_planet.compat.edward2.layers import gaussian_process, utils
 from bayes_planet.compat.edward2.layers._arguments import Edward2Arguments
+from bayes_planet.compat.edward2.layers.posterior_network import PosteriorNetworkLayer
 
 __all__ = [
     "ActNorm",
@@ -41,6 +42,7 @@ __all__ = [
     "LSTMCellRank1",
     "LSTMCellReparameterization",
     "MixtureLogistic",
+    "PosteriorNetworkLayer",
     "RandomFeatureGaussianProcess",
     "Reverse",
     "SparseGaussianProcess",
@@ -402,7 +404,7 @@ NOT_IMPLEMENTED = (
     "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel", "MADE",
     "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
     "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA", "NCPCategoricalPerturb",
-    "NCPNormalOutput", "NCPNormalPerturb", "NeuralProcess", "PosteriorNetworkLayer",
+    "NCPNormalOutput", "NCPNormalPerturb", "NeuralProcess",
     "SinkhornAutoregressiveFlow", "Zeros",
 )
 
