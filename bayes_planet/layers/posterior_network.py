@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from bayes_planet import seeds
 from bayes_planet._keras import keras
+from bayes_planet.layers import _compat
 from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.checks import check_positive_int
 from bayes_planet.layers.flows import MADE
@@ -162,8 +163,7 @@ class MaskedAffineTransform(_Transform):
                          name="made")
 
     def build(self, input_shape):
-        if not self.made.built:
-            self.made.build(input_shape)
+        _compat.build_sublayer(self.made, input_shape)
         super().build(input_shape)
 
     def normalize(self, z):
@@ -225,7 +225,7 @@ class FlowDensity(keras.layers.Layer):
                 order = "left-to-right" if k % 2 == 0 else "right-to-left"
                 transform = MaskedAffineTransform([self.width or 2 * self.dim], order=order,
                                                   seed=seed, dtype=policy, name=name)
-            transform.build(input_shape)
+            _compat.build_sublayer(transform, input_shape)
             self.transforms.append(transform)
         super().build(input_shape)
 
@@ -302,11 +302,10 @@ class PosteriorNetwork(keras.layers.Layer):
         if input_shape[-1] is None:
             raise ValueError(f"PosteriorNetwork needs a known last input dimension. Received: "
                              f"input_shape={input_shape}")
-        if self.normalization is not None and not self.normalization.built:
-            self.normalization.build(input_shape)
+        if self.normalization is not None:
+            _compat.build_sublayer(self.normalization, input_shape)
         for density in self.densities:
-            if not density.built:
-                density.build(input_shape)
+            _compat.build_sublayer(density, input_shape)
         super().build(input_shape)
 
     def latents(self, inputs, training=None):
