@@ -131,7 +131,7 @@ def test_training_separates_the_classes():
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(bl.uce_loss(y, layer(x, training=True)))
         grads = tape.gradient(loss, layer.trainable_variables)
-        optimizer.apply_gradients(zip(grads, layer.trainable_variables))
+        optimizer.apply_gradients(zip(grads, layer.trainable_variables, strict=True))
     accuracy = np.mean(np.argmax(layer(x, probabilities=True).numpy(), -1) == y)
     assert accuracy > 0.95, accuracy
 
