@@ -44,6 +44,7 @@ from bayes_planet.layers.ensemble.conv import (
     Conv2DRank1,
 )
 from bayes_planet.layers.ensemble.dense import DenseBatchEnsemble, DenseRank1
+from bayes_planet.layers.ensemble.hyper import Conv2DHyperBatchEnsemble, DenseHyperBatchEnsemble
 from bayes_planet.layers.ensemble.models import (
     DeepEnsemble,
     EnsembleModel,
@@ -152,6 +153,7 @@ __all__ = [
     "Conv1DVariationalDropout",
     "Conv2DBatchEnsemble",
     "Conv2DFlipout",
+    "Conv2DHyperBatchEnsemble",
     "Conv2DLocalReparameterization",
     "Conv2DRank1",
     "Conv2DReparameterization",
@@ -160,6 +162,7 @@ __all__ = [
     "DenseBatchEnsemble",
     "DenseDVI",
     "DenseFlipout",
+    "DenseHyperBatchEnsemble",
     "DenseLocalReparameterization",
     "DenseRank1",
     "DenseReparameterization",

@@ -17,6 +17,10 @@ from bayes_planet.compat.edward2._bridge import register, signature
 from bayes_planet.compat.edward2.initializers import TrainableDeterministic
 from bayes_planet.compat.edward2.layers import gaussian_process, utils
 from bayes_planet.compat.edward2.layers._arguments import Edward2Arguments
+from bayes_planet.compat.edward2.layers.hyper_batch_ensemble import (
+    Conv2DHyperBatchEnsemble,
+    DenseHyperBatchEnsemble,
+)
 from bayes_planet.compat.edward2.layers.posterior_network import PosteriorNetworkLayer
 
 __all__ = [
@@ -27,12 +31,14 @@ __all__ = [
     "Conv1DReparameterization",
     "Conv2DBatchEnsemble",
     "Conv2DFlipout",
+    "Conv2DHyperBatchEnsemble",
     "Conv2DRank1",
     "Conv2DReparameterization",
     "Conv2DVariationalDropout",
     "DenseBatchEnsemble",
     "DenseDVI",
     "DenseFlipout",
+    "DenseHyperBatchEnsemble",
     "DenseRank1",
     "DenseReparameterization",
     "DenseVariationalDropout",
@@ -397,8 +403,7 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 
 NOT_IMPLEMENTED = (
     "Attention", "BayesianLinearModel", "CondConv2D", "CondDense", "Conv2DHierarchical",
-    "Conv2DHyperBatchEnsemble", "DenseHierarchical", "DenseHyperBatchEnsemble",
-    "DenseMultihead", "DepthwiseCondConv2D", "DepthwiseConv2DBatchEnsemble",
+    "DenseHierarchical", "DenseMultihead", "DepthwiseCondConv2D", "DepthwiseConv2DBatchEnsemble",
     "DiscreteAutoregressiveFlow", "DiscreteBipartiteFlow", "EmbeddingReparameterization",
     "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
     "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel", "MADE",

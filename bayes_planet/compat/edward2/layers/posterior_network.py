@@ -29,5 +29,10 @@ class PosteriorNetworkLayer(Edward2Arguments, _bl.PosteriorNetwork):
     def flow_type(self):
         return self.flow
 
+    def get_config(self):
+        config = super().get_config()
+        config["flow_type"] = config.pop("flow")
+        return config
+
     def call(self, inputs, training=None, return_probs=False):
         return super().call(inputs, training=training, probabilities=return_probs)
