@@ -19,6 +19,7 @@ from bayes_planet.layers.attention import (
     MultiHeadAttentionReparameterization,
 )
 from bayes_planet.layers.base import BayesianLayer, bayesian_layers, fixed_noise, posterior_mean
+from bayes_planet.layers.conditional import CondDense
 from bayes_planet.layers.constraints import Exp, Positive, Softplus
 from bayes_planet.layers.conv import (
     Conv1DFlipout,
@@ -44,6 +45,7 @@ from bayes_planet.layers.ensemble.conv import (
     Conv2DRank1,
 )
 from bayes_planet.layers.ensemble.dense import DenseBatchEnsemble, DenseRank1
+from bayes_planet.layers.ensemble.depthwise import DepthwiseConv2DBatchEnsemble
 from bayes_planet.layers.ensemble.hyper import Conv2DHyperBatchEnsemble, DenseHyperBatchEnsemble
 from bayes_planet.layers.ensemble.models import (
     DeepEnsemble,
@@ -55,6 +57,7 @@ from bayes_planet.layers.ensemble.models import (
     mean_predictive,
     tile_batch,
 )
+from bayes_planet.layers.ensemble.multihead import DenseMultihead
 from bayes_planet.layers.ensemble.recurrent import GRUCellRank1, LSTMCellRank1
 from bayes_planet.layers.flows import (
     MADE,
@@ -145,6 +148,7 @@ __all__ = [
     "BayesianLayer",
     "Bernoulli",
     "Categorical",
+    "CondDense",
     "ConstantMean",
     "Conv1DBatchEnsemble",
     "Conv1DFlipout",
@@ -163,10 +167,12 @@ __all__ = [
     "DenseDVI",
     "DenseFlipout",
     "DenseHyperBatchEnsemble",
+    "DenseMultihead",
     "DenseLocalReparameterization",
     "DenseRank1",
     "DenseReparameterization",
     "DenseVariationalDropout",
+    "DepthwiseConv2DBatchEnsemble",
     "Discretize",
     "DiscretizedDistribution",
     "DistributionInitializer",
