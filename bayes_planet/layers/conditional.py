@@ -60,8 +60,7 @@ class CondDense(keras.layers.Layer):
         self.kernel_constraint = constraints.get(kernel_constraint)
         self.bias_constraint = constraints.get(bias_constraint)
 
-    def build(self, input_shape, routing_shape=None):
-        del routing_shape
+    def build(self, input_shape):
         in_dim = tf.TensorShape(input_shape)[-1]
         if in_dim is None:
             raise ValueError(f"CondDense needs a known last input dimension. Received: "
@@ -96,7 +95,7 @@ class CondDense(keras.layers.Layer):
             outputs += tf.matmul(routing, tf.cast(self.bias, dtype))
         return self.activation(outputs) if self.activation is not None else outputs
 
-    def compute_output_shape(self, input_shape, routing_shape=None):
+    def compute_output_shape(self, input_shape):
         return tuple(input_shape)[:-1] + (self.units,)
 
     def get_config(self):
