@@ -322,8 +322,10 @@ class PosteriorNetwork(keras.layers.Layer):
 
     def concentrations(self, log_densities):
         """``α = 1 + N_c exp(log p(z | c))`` from `log_densities` (the exponent clipped
-        above at `MAX_LOG_EVIDENCE`)."""
+        above at `MAX_LOG_EVIDENCE`; in float32 at least, as exp(80) overflows float16)."""
         log_densities = tf.convert_to_tensor(log_densities)
+        if log_densities.dtype.size < 4:  # float16/bfloat16 (a mixed policy): α in float32
+            log_densities = tf.cast(log_densities, tf.float32)
         log_counts = tf.math.log(tf.constant(self.class_counts, log_densities.dtype))
         return 1.0 + tf.exp(tf.minimum(log_counts + log_densities, MAX_LOG_EVIDENCE))
 

@@ -17,7 +17,7 @@ from bayes_planet.layers.posterior_network import (
     MaskedAffineTransform,
     RadialTransform,
 )
-from bayes_planet.layers.testing import normal_array, run_layer_test
+from bayes_planet.layers.testing import global_policy, normal_array, run_layer_test
 
 FLOWS = ("radial", "affine", "maf")
 
@@ -146,6 +146,19 @@ def test_uce_loss_closed_form():
     entropy = tfp.distributions.Dirichlet(alphas).entropy().numpy()
     np.testing.assert_allclose(bl.uce_loss(labels[:, None], alphas, entropy_weight=0.1).numpy(),
                                expected - 0.1 * entropy, rtol=1e-5)
+
+
+def test_mixed_float16_gives_float32_concentrations():
+    # exp(log N + log p) can exceed float16's 65504: α is computed in float32, the flows in
+    # float16; the same layer in float32 agrees to float16's precision (rtol 1e-2).
+    x = normal_array(6, 4, seed=0)
+    with global_policy("mixed_float16"):
+        mixed = bl.PosteriorNetwork(2, flow="radial", flow_depth=2, class_counts=[1e4, 1e4],
+                                    seed=4)
+        alphas = mixed(x)
+    assert alphas.dtype == tf.float32 and np.isfinite(alphas.numpy()).all()
+    plain = bl.PosteriorNetwork(2, flow="radial", flow_depth=2, class_counts=[1e4, 1e4], seed=4)
+    np.testing.assert_allclose(alphas.numpy(), plain(x).numpy(), rtol=1e-2)
 
 
 def test_same_seed_same_layer():

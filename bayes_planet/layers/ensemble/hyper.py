@@ -83,7 +83,6 @@ class HyperBatchEnsemble(keras.layers.Layer):
         self.l2_bias_index = _check_index("l2_bias_index", l2_bias_index)
         self.regularize_fast_weights = bool(regularize_fast_weights)
         self.shared_fast_weights = bool(shared_fast_weights)
-        self.supports_masking = False
 
     # Weights ------------------------------------------------------------------------------
 

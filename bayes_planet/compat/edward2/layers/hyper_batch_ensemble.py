@@ -40,8 +40,6 @@ class _Edward2Hyper(Edward2Arguments):
         arguments = self.edward2_signature.bind(*args, **kwargs).arguments
         lambda_key_to_index = dict(arguments.pop("lambda_key_to_index"))
         arguments.update(arguments.pop("kwargs", {}))
-        for name in ("l2_kernel_index", "l2_bias_index"):
-            arguments.pop(name, None)  # (a config's: found again from the keys below)
         super().__init__(lambda_key_to_index=None, **arguments)
         self.lambda_key_to_index = lambda_key_to_index
         stem = layer_name_identifier(self.name)
