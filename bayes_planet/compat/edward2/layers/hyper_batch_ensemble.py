@@ -15,6 +15,7 @@ import types
 import bayes_planet.layers as _bl
 from bayes_planet.compat.edward2._bridge import register, signature
 from bayes_planet.compat.edward2.layers._arguments import Edward2Arguments
+from bayes_planet.layers.ensemble.hyper import HyperBatchEnsemble
 
 __all__ = ["Conv2DHyperBatchEnsemble", "DenseHyperBatchEnsemble", "layer_name_identifier"]
 
@@ -61,7 +62,7 @@ class _Edward2Hyper(Edward2Arguments):
                                          ensemble_bias=bias, rank=1,
                                          ensemble_size=self.ensemble_size)
         return (view(self.kernel, self.alpha, self.gamma,
-                     _bl.ensemble.hyper.HyperBatchEnsemble.bias.fget(self)),
+                     HyperBatchEnsemble.bias.fget(self)),
                 view(self.hyper_kernel, self.hyper_alpha, self.hyper_gamma, None))
 
     @property
