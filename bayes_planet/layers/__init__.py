@@ -19,6 +19,7 @@ from bayes_planet.layers.attention import (
     MultiHeadAttentionReparameterization,
 )
 from bayes_planet.layers.base import BayesianLayer, bayesian_layers, fixed_noise, posterior_mean
+from bayes_planet.layers.conditional import CondDense
 from bayes_planet.layers.constraints import Exp, Positive, Softplus
 from bayes_planet.layers.conv import (
     Conv1DFlipout,
@@ -44,6 +45,8 @@ from bayes_planet.layers.ensemble.conv import (
     Conv2DRank1,
 )
 from bayes_planet.layers.ensemble.dense import DenseBatchEnsemble, DenseRank1
+from bayes_planet.layers.ensemble.depthwise import DepthwiseConv2DBatchEnsemble
+from bayes_planet.layers.ensemble.hyper import Conv2DHyperBatchEnsemble, DenseHyperBatchEnsemble
 from bayes_planet.layers.ensemble.models import (
     DeepEnsemble,
     EnsembleModel,
@@ -54,6 +57,7 @@ from bayes_planet.layers.ensemble.models import (
     mean_predictive,
     tile_batch,
 )
+from bayes_planet.layers.ensemble.multihead import DenseMultihead
 from bayes_planet.layers.ensemble.recurrent import GRUCellRank1, LSTMCellRank1
 from bayes_planet.layers.flows import (
     MADE,
@@ -105,6 +109,7 @@ from bayes_planet.layers.outputs import (
     negative_log_likelihood,
 )
 from bayes_planet.layers.point_process import GridPoissonProcess, PoissonProcess
+from bayes_planet.layers.posterior_network import FlowDensity, PosteriorNetwork, uce_loss
 from bayes_planet.layers.random_features import RandomFourierFeatures
 from bayes_planet.layers.random_variable import RandomVariable
 from bayes_planet.layers.recurrent import (
@@ -143,6 +148,7 @@ __all__ = [
     "BayesianLayer",
     "Bernoulli",
     "Categorical",
+    "CondDense",
     "ConstantMean",
     "Conv1DBatchEnsemble",
     "Conv1DFlipout",
@@ -151,6 +157,7 @@ __all__ = [
     "Conv1DVariationalDropout",
     "Conv2DBatchEnsemble",
     "Conv2DFlipout",
+    "Conv2DHyperBatchEnsemble",
     "Conv2DLocalReparameterization",
     "Conv2DRank1",
     "Conv2DReparameterization",
@@ -159,10 +166,13 @@ __all__ = [
     "DenseBatchEnsemble",
     "DenseDVI",
     "DenseFlipout",
+    "DenseHyperBatchEnsemble",
+    "DenseMultihead",
     "DenseLocalReparameterization",
     "DenseRank1",
     "DenseReparameterization",
     "DenseVariationalDropout",
+    "DepthwiseConv2DBatchEnsemble",
     "Discretize",
     "DiscretizedDistribution",
     "DistributionInitializer",
@@ -204,6 +214,8 @@ __all__ = [
     "NormalKLDivergenceWithTiedMean",
     "ScaleMixtureKLDivergence",
     "Permutation",
+    "PosteriorNetwork",
+    "FlowDensity",
     "PoissonProcess",
     "PositionEmbedding",
     "Positive",
@@ -259,4 +271,5 @@ __all__ = [
     "tile_batch",
     "tracing",
     "transform_random_variable",
+    "uce_loss",
 ]

@@ -233,7 +233,7 @@ def _wrap(layer_cls, init_kwargs, x, call_kwargs):
     if not call_kwargs and not isinstance(x, list | tuple | dict):
         inputs = keras.Input(shape=x.shape[1:], batch_size=x.shape[0], dtype=x.dtype)
         return keras.Model(inputs, layer(inputs))
-    model = _Wrapper(layer, call_kwargs)
+    model = _Wrapper(layer, call_kwargs, name="wrapper")  # (Keras 3: no leading "_" in scopes)
     model(x)
     return model
 

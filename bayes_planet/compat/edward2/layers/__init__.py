@@ -17,30 +17,43 @@ from bayes_planet.compat.edward2._bridge import register, signature
 from bayes_planet.compat.edward2.initializers import TrainableDeterministic
 from bayes_planet.compat.edward2.layers import gaussian_process, utils
 from bayes_planet.compat.edward2.layers._arguments import Edward2Arguments
+from bayes_planet.compat.edward2.layers.dense_extras import CondDense, DenseMultihead
+from bayes_planet.compat.edward2.layers.depthwise import DepthwiseConv2DBatchEnsemble
+from bayes_planet.compat.edward2.layers.hyper_batch_ensemble import (
+    Conv2DHyperBatchEnsemble,
+    DenseHyperBatchEnsemble,
+)
+from bayes_planet.compat.edward2.layers.posterior_network import PosteriorNetworkLayer
 
 __all__ = [
     "ActNorm",
+    "CondDense",
     "Conv1DBatchEnsemble",
     "Conv1DFlipout",
     "Conv1DRank1",
     "Conv1DReparameterization",
     "Conv2DBatchEnsemble",
     "Conv2DFlipout",
+    "Conv2DHyperBatchEnsemble",
     "Conv2DRank1",
     "Conv2DReparameterization",
     "Conv2DVariationalDropout",
     "DenseBatchEnsemble",
     "DenseDVI",
     "DenseFlipout",
+    "DenseHyperBatchEnsemble",
+    "DenseMultihead",
     "DenseRank1",
     "DenseReparameterization",
     "DenseVariationalDropout",
+    "DepthwiseConv2DBatchEnsemble",
     "ExponentiatedQuadratic",
     "GaussianProcess",
     "LSTMCellFlipout",
     "LSTMCellRank1",
     "LSTMCellReparameterization",
     "MixtureLogistic",
+    "PosteriorNetworkLayer",
     "RandomFeatureGaussianProcess",
     "Reverse",
     "SparseGaussianProcess",
@@ -394,15 +407,14 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 # edward2 layers the library does not implement -------------------------------------------
 
 NOT_IMPLEMENTED = (
-    "Attention", "BayesianLinearModel", "CondConv2D", "CondDense", "Conv2DHierarchical",
-    "Conv2DHyperBatchEnsemble", "DenseHierarchical", "DenseHyperBatchEnsemble",
-    "DenseMultihead", "DepthwiseCondConv2D", "DepthwiseConv2DBatchEnsemble",
+    "Attention", "BayesianLinearModel", "CondConv2D", "Conv2DHierarchical",
+    "DenseHierarchical", "DepthwiseCondConv2D",
     "DiscreteAutoregressiveFlow", "DiscreteBipartiteFlow", "EmbeddingReparameterization",
     "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
     "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel", "MADE",
     "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
     "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA", "NCPCategoricalPerturb",
-    "NCPNormalOutput", "NCPNormalPerturb", "NeuralProcess", "PosteriorNetworkLayer",
+    "NCPNormalOutput", "NCPNormalPerturb", "NeuralProcess",
     "SinkhornAutoregressiveFlow", "Zeros",
 )
 
