@@ -36,6 +36,11 @@ from bayes_planet.layers.dense import (
     DenseReparameterization,
     DenseVariationalDropout,
 )
+from bayes_planet.layers.discrete_flows import (
+    DiscreteAutoregressiveFlow,
+    DiscreteBipartiteFlow,
+    SinkhornAutoregressiveFlow,
+)
 from bayes_planet.layers.ensemble.attention import EinsumDenseRank1, MultiHeadAttentionRank1
 from bayes_planet.layers.ensemble.conv import (
     Conv1DBatchEnsemble,
@@ -163,6 +168,8 @@ __all__ = [
     "DenseRank1",
     "DenseReparameterization",
     "DenseVariationalDropout",
+    "DiscreteAutoregressiveFlow",
+    "DiscreteBipartiteFlow",
     "Discretize",
     "DiscretizedDistribution",
     "DistributionInitializer",
@@ -219,6 +226,7 @@ __all__ = [
     "Reverse",
     "ReversibleLayer",
     "Softplus",
+    "SinkhornAutoregressiveFlow",
     "SparseGaussianProcess",
     "SpectralNormalization",
     "SpectralNormalizationConv2D",

@@ -17,6 +17,12 @@ from bayes_planet.compat.edward2._bridge import register, signature
 from bayes_planet.compat.edward2.initializers import TrainableDeterministic
 from bayes_planet.compat.edward2.layers import gaussian_process, utils
 from bayes_planet.compat.edward2.layers._arguments import Edward2Arguments
+from bayes_planet.compat.edward2.layers.discrete_flows import (
+    DiscreteAutoregressiveFlow,
+    DiscreteBipartiteFlow,
+    SinkhornAutoregressiveFlow,
+)
+from bayes_planet.compat.edward2.layers.made import MADE
 
 __all__ = [
     "ActNorm",
@@ -35,14 +41,18 @@ __all__ = [
     "DenseRank1",
     "DenseReparameterization",
     "DenseVariationalDropout",
+    "DiscreteAutoregressiveFlow",
+    "DiscreteBipartiteFlow",
     "ExponentiatedQuadratic",
     "GaussianProcess",
     "LSTMCellFlipout",
     "LSTMCellRank1",
     "LSTMCellReparameterization",
+    "MADE",
     "MixtureLogistic",
     "RandomFeatureGaussianProcess",
     "Reverse",
+    "SinkhornAutoregressiveFlow",
     "SparseGaussianProcess",
     "SpectralNormalization",
     "SpectralNormalizationConv2D",
@@ -397,13 +407,13 @@ NOT_IMPLEMENTED = (
     "Attention", "BayesianLinearModel", "CondConv2D", "CondDense", "Conv2DHierarchical",
     "Conv2DHyperBatchEnsemble", "DenseHierarchical", "DenseHyperBatchEnsemble",
     "DenseMultihead", "DepthwiseCondConv2D", "DepthwiseConv2DBatchEnsemble",
-    "DiscreteAutoregressiveFlow", "DiscreteBipartiteFlow", "EmbeddingReparameterization",
+    "EmbeddingReparameterization",
     "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
-    "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel", "MADE",
+    "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel",
     "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
     "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA", "NCPCategoricalPerturb",
     "NCPNormalOutput", "NCPNormalPerturb", "NeuralProcess", "PosteriorNetworkLayer",
-    "SinkhornAutoregressiveFlow", "Zeros",
+    "Zeros",
 )
 
 
