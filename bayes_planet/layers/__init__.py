@@ -75,6 +75,7 @@ from bayes_planet.layers.gaussian_process import (
     TrainableMultivariateNormal,
     WhitenedKLDivergence,
 )
+from bayes_planet.layers.hierarchical import Conv2DHierarchical, DenseHierarchical
 from bayes_planet.layers.initializers import (
     DistributionInitializer,
     FixedNormal,
@@ -156,6 +157,7 @@ __all__ = [
     "Conv1DVariationalDropout",
     "Conv2DBatchEnsemble",
     "Conv2DFlipout",
+    "Conv2DHierarchical",
     "Conv2DLocalReparameterization",
     "Conv2DRank1",
     "Conv2DReparameterization",
@@ -164,6 +166,7 @@ __all__ = [
     "DenseBatchEnsemble",
     "DenseDVI",
     "DenseFlipout",
+    "DenseHierarchical",
     "DenseLocalReparameterization",
     "DenseRank1",
     "DenseReparameterization",

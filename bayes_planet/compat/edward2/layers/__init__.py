@@ -22,6 +22,7 @@ from bayes_planet.compat.edward2.layers.discrete_flows import (
     DiscreteBipartiteFlow,
     SinkhornAutoregressiveFlow,
 )
+from bayes_planet.compat.edward2.layers.hierarchical import Conv2DHierarchical, DenseHierarchical
 from bayes_planet.compat.edward2.layers.made import MADE
 
 __all__ = [
@@ -32,12 +33,14 @@ __all__ = [
     "Conv1DReparameterization",
     "Conv2DBatchEnsemble",
     "Conv2DFlipout",
+    "Conv2DHierarchical",
     "Conv2DRank1",
     "Conv2DReparameterization",
     "Conv2DVariationalDropout",
     "DenseBatchEnsemble",
     "DenseDVI",
     "DenseFlipout",
+    "DenseHierarchical",
     "DenseRank1",
     "DenseReparameterization",
     "DenseVariationalDropout",
@@ -404,8 +407,8 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 # edward2 layers the library does not implement -------------------------------------------
 
 NOT_IMPLEMENTED = (
-    "Attention", "BayesianLinearModel", "CondConv2D", "CondDense", "Conv2DHierarchical",
-    "Conv2DHyperBatchEnsemble", "DenseHierarchical", "DenseHyperBatchEnsemble",
+    "Attention", "BayesianLinearModel", "CondConv2D", "CondDense",
+    "Conv2DHyperBatchEnsemble", "DenseHyperBatchEnsemble",
     "DenseMultihead", "DepthwiseCondConv2D", "DepthwiseConv2DBatchEnsemble",
     "EmbeddingReparameterization",
     "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
