@@ -100,6 +100,7 @@ from bayes_planet.layers.kernels import (
     Matern52,
     ZeroMean,
 )
+from bayes_planet.layers.ncp import NCPCategoricalPerturb, NCPNormalOutput, NCPNormalPerturb
 from bayes_planet.layers.outputs import (
     Bernoulli,
     Categorical,
@@ -208,6 +209,9 @@ __all__ = [
     "MultiHeadAttentionFlipout",
     "MultiHeadAttentionRank1",
     "MultiHeadAttentionReparameterization",
+    "NCPCategoricalPerturb",
+    "NCPNormalOutput",
+    "NCPNormalPerturb",
     "Normal",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",

@@ -24,6 +24,11 @@ from bayes_planet.compat.edward2.layers.discrete_flows import (
 )
 from bayes_planet.compat.edward2.layers.hierarchical import Conv2DHierarchical, DenseHierarchical
 from bayes_planet.compat.edward2.layers.made import MADE
+from bayes_planet.compat.edward2.layers.noise import (
+    NCPCategoricalPerturb,
+    NCPNormalOutput,
+    NCPNormalPerturb,
+)
 
 __all__ = [
     "ActNorm",
@@ -53,6 +58,9 @@ __all__ = [
     "LSTMCellReparameterization",
     "MADE",
     "MixtureLogistic",
+    "NCPCategoricalPerturb",
+    "NCPNormalOutput",
+    "NCPNormalPerturb",
     "RandomFeatureGaussianProcess",
     "Reverse",
     "SinkhornAutoregressiveFlow",
@@ -414,8 +422,8 @@ NOT_IMPLEMENTED = (
     "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
     "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel",
     "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
-    "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA", "NCPCategoricalPerturb",
-    "NCPNormalOutput", "NCPNormalPerturb", "NeuralProcess", "PosteriorNetworkLayer",
+    "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA",
+    "NeuralProcess", "PosteriorNetworkLayer",
     "Zeros",
 )
 
