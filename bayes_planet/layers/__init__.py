@@ -41,6 +41,7 @@ from bayes_planet.layers.discrete_flows import (
     DiscreteBipartiteFlow,
     SinkhornAutoregressiveFlow,
 )
+from bayes_planet.layers.embeddings import EmbeddingReparameterization
 from bayes_planet.layers.ensemble.attention import EinsumDenseRank1, MultiHeadAttentionRank1
 from bayes_planet.layers.ensemble.conv import (
     Conv1DBatchEnsemble,
@@ -177,6 +178,7 @@ __all__ = [
     "Discretize",
     "DiscretizedDistribution",
     "DistributionInitializer",
+    "EmbeddingReparameterization",
     "EnsembleModel",
     "EinsumDenseFlipout",
     "EinsumDenseRank1",

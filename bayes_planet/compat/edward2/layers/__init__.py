@@ -22,6 +22,7 @@ from bayes_planet.compat.edward2.layers.discrete_flows import (
     DiscreteBipartiteFlow,
     SinkhornAutoregressiveFlow,
 )
+from bayes_planet.compat.edward2.layers.embeddings import EmbeddingReparameterization
 from bayes_planet.compat.edward2.layers.hierarchical import Conv2DHierarchical, DenseHierarchical
 from bayes_planet.compat.edward2.layers.made import MADE
 from bayes_planet.compat.edward2.layers.noise import (
@@ -51,6 +52,7 @@ __all__ = [
     "DenseVariationalDropout",
     "DiscreteAutoregressiveFlow",
     "DiscreteBipartiteFlow",
+    "EmbeddingReparameterization",
     "ExponentiatedQuadratic",
     "GaussianProcess",
     "LSTMCellFlipout",
@@ -415,16 +417,13 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 # edward2 layers the library does not implement -------------------------------------------
 
 NOT_IMPLEMENTED = (
-    "Attention", "BayesianLinearModel", "CondConv2D", "CondDense",
-    "Conv2DHyperBatchEnsemble", "DenseHyperBatchEnsemble",
-    "DenseMultihead", "DepthwiseCondConv2D", "DepthwiseConv2DBatchEnsemble",
-    "EmbeddingReparameterization",
-    "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
-    "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel",
-    "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
-    "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA",
-    "NeuralProcess", "PosteriorNetworkLayer",
-    "Zeros",
+    "Attention", "BayesianLinearModel", "CondConv2D", "CondDense", "Conv2DHyperBatchEnsemble",
+    "DenseHyperBatchEnsemble", "DenseMultihead", "DepthwiseCondConv2D",
+    "DepthwiseConv2DBatchEnsemble", "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm",
+    "ExactSigmoidDense", "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance",
+    "LinearKernel", "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA",
+    "MCSoftmaxDenseFACustomLayers", "MCSoftmaxDenseFASegmentation",
+    "MultiHeadMCSoftmaxDenseFA", "NeuralProcess", "PosteriorNetworkLayer", "Zeros",
 )
 
 
