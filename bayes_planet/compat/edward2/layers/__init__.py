@@ -417,13 +417,15 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 # edward2 layers the library does not implement -------------------------------------------
 
 NOT_IMPLEMENTED = (
-    "Attention", "BayesianLinearModel", "CondConv2D", "CondDense", "Conv2DHyperBatchEnsemble",
-    "DenseHyperBatchEnsemble", "DenseMultihead", "DepthwiseCondConv2D",
-    "DepthwiseConv2DBatchEnsemble", "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm",
-    "ExactSigmoidDense", "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance",
-    "LinearKernel", "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA",
-    "MCSoftmaxDenseFACustomLayers", "MCSoftmaxDenseFASegmentation",
-    "MultiHeadMCSoftmaxDenseFA", "NeuralProcess", "PosteriorNetworkLayer", "Zeros",
+    "Attention", "BayesianLinearModel", "CondConv2D", "CondDense",
+    "Conv2DHyperBatchEnsemble", "DenseHyperBatchEnsemble",
+    "DenseMultihead", "DepthwiseCondConv2D", "DepthwiseConv2DBatchEnsemble",
+    "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
+    "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel",
+    "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
+    "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA",
+    "NeuralProcess", "PosteriorNetworkLayer",
+    "Zeros",
 )
 
 
