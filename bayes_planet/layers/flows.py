@@ -464,7 +464,7 @@ class MADE(keras.layers.Layer):
         for i, mask in enumerate(self.masks):
             h = tf.tensordot(h, self.kernels[i] * tf.constant(mask, h.dtype), [[-1], [0]])
             if self.use_bias:
-                h = tf.nn.bias_add(h, self.biases[i])
+                h = h + self.biases[i]  # (also rank 1: an unbatched sequence)
             if i < len(self.masks) - 1:
                 h = self.activation(h)
         out = tf.reshape(h, tf.concat([tf.shape(x), [self.units]], 0))
