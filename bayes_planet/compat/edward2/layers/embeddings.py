@@ -19,7 +19,7 @@ class EmbeddingReparameterization(Edward2Arguments, _bl.EmbeddingReparameterizat
         embeddings_regularizer="normal_kl_divergence", activity_regularizer=None,
         embeddings_constraint=None, mask_zero=False, input_length=None)
 
-    edward2_dropped = {"input_length": ()}  # None only (see the module docstring otherwise)
+    edward2_dropped = {"input_length": (None,)}
 
     def call_weights(self):
         """Kept for edward2 code: a no-op (every call draws its own matrix)."""
