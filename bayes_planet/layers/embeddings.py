@@ -9,35 +9,66 @@ reparameterization, shared by the batch, and looks the inputs' rows up in it; in
 
 import tensorflow as tf
 
-from bayes_planet._keras import keras
+from bayes_planet._keras import KERAS3, keras
 from bayes_planet.layers import initializers, regularizers
 from bayes_planet.layers._registry import register as _register
-from bayes_planet.layers.base import BayesianLayer, sample_weight
+from bayes_planet.layers.base import BayesianLayer, check_dense_extras, sample_weight
 from bayes_planet.layers.checks import check_positive_int
 
 __all__ = ["EmbeddingReparameterization"]
+
+
+def _check_none(name, value):
+    if value is not None:
+        raise ValueError(f"Expected {name}=None (not for a distribution over the matrix). "
+                         f"Received: {name}={value!r}")
 
 
 @_register
 class EmbeddingReparameterization(BayesianLayer, keras.layers.Embedding):
     """Embedding layer whose matrix is sampled by reparameterization (one draw per call).
 
-    Args:
-      input_dim: the vocabulary size (largest index + 1).
-      output_dim: the embedding size.
-      embeddings_initializer: the posterior (default ``'trainable_normal'``), or a Keras
-        initializer for a deterministic matrix.
-      embeddings_regularizer: default ``'normal_kl_divergence'`` (the KL to N(0, 1)).
-      activity_regularizer, embeddings_constraint, mask_zero: as Keras' (keyword-only: the two
-        Kerases order them differently).
-      seed: int or None, for reproducible draws.
+    Takes `keras.layers.Embedding`'s arguments in its order (Keras 2: ``input_dim, output_dim,
+    embeddings_initializer, embeddings_regularizer, activity_regularizer,
+    embeddings_constraint, mask_zero, input_length, sparse``; Keras 3: ``input_dim,
+    output_dim, embeddings_initializer, embeddings_regularizer, embeddings_constraint,
+    mask_zero, weights, lora_rank, lora_alpha, quantization_config``, then
+    ``activity_regularizer`` keyword-only) with the Bayesian defaults
+    ``embeddings_initializer='trainable_normal'`` (or a Keras initializer for a deterministic
+    matrix) and ``embeddings_regularizer='normal_kl_divergence'`` (the KL to N(0, 1)), plus the
+    keyword-only ``seed``. ``sparse``, ``weights``, ``lora_*`` and ``quantization_config``
+    take their defaults only.
 
     Input: integer indices ``(batch, ...)``; output ``(batch, ..., output_dim)``.
     """
 
-    def __init__(self, input_dim, output_dim, embeddings_initializer="trainable_normal",
-                 embeddings_regularizer="normal_kl_divergence", *, activity_regularizer=None,
-                 embeddings_constraint=None, mask_zero=False, seed=None, **kwargs):
+    if KERAS3:
+        def __init__(self, input_dim, output_dim, embeddings_initializer="trainable_normal",
+                     embeddings_regularizer="normal_kl_divergence", embeddings_constraint=None,
+                     mask_zero=False, weights=None, lora_rank=None, lora_alpha=None,
+                     quantization_config=None, *, activity_regularizer=None, seed=None,
+                     **kwargs):
+            _check_none("weights", weights)
+            check_dense_extras(lora_rank, lora_alpha, quantization_config)
+            self._init_embedding(input_dim, output_dim, embeddings_initializer,
+                                 embeddings_regularizer, activity_regularizer,
+                                 embeddings_constraint, mask_zero, seed, kwargs)
+    else:
+        def __init__(self, input_dim, output_dim, embeddings_initializer="trainable_normal",
+                     embeddings_regularizer="normal_kl_divergence", activity_regularizer=None,
+                     embeddings_constraint=None, mask_zero=False, input_length=None,
+                     sparse=False, *, seed=None, **kwargs):
+            if sparse:
+                raise ValueError(f"Expected sparse=False. Received: sparse={sparse!r}")
+            if input_length is not None:
+                kwargs["input_length"] = input_length
+            self._init_embedding(input_dim, output_dim, embeddings_initializer,
+                                 embeddings_regularizer, activity_regularizer,
+                                 embeddings_constraint, mask_zero, seed, kwargs)
+
+    def _init_embedding(self, input_dim, output_dim, embeddings_initializer,
+                        embeddings_regularizer, activity_regularizer, embeddings_constraint,
+                        mask_zero, seed, kwargs):
         super().__init__(
             input_dim=check_positive_int("input_dim", input_dim),
             output_dim=check_positive_int("output_dim", output_dim),
