@@ -37,6 +37,12 @@ from bayes_planet.layers.dense import (
     DenseReparameterization,
     DenseVariationalDropout,
 )
+from bayes_planet.layers.discrete_flows import (
+    DiscreteAutoregressiveFlow,
+    DiscreteBipartiteFlow,
+    SinkhornAutoregressiveFlow,
+)
+from bayes_planet.layers.embeddings import EmbeddingReparameterization
 from bayes_planet.layers.ensemble.attention import EinsumDenseRank1, MultiHeadAttentionRank1
 from bayes_planet.layers.ensemble.conv import (
     Conv1DBatchEnsemble,
@@ -74,6 +80,7 @@ from bayes_planet.layers.gaussian_process import (
     TrainableMultivariateNormal,
     WhitenedKLDivergence,
 )
+from bayes_planet.layers.hierarchical import Conv2DHierarchical, DenseHierarchical
 from bayes_planet.layers.initializers import (
     DistributionInitializer,
     FixedNormal,
@@ -98,6 +105,7 @@ from bayes_planet.layers.kernels import (
     Matern52,
     ZeroMean,
 )
+from bayes_planet.layers.ncp import NCPCategoricalPerturb, NCPNormalOutput, NCPNormalPerturb
 from bayes_planet.layers.outputs import (
     Bernoulli,
     Categorical,
@@ -158,6 +166,7 @@ __all__ = [
     "Conv2DBatchEnsemble",
     "Conv2DFlipout",
     "Conv2DHyperBatchEnsemble",
+    "Conv2DHierarchical",
     "Conv2DLocalReparameterization",
     "Conv2DRank1",
     "Conv2DReparameterization",
@@ -168,14 +177,18 @@ __all__ = [
     "DenseFlipout",
     "DenseHyperBatchEnsemble",
     "DenseMultihead",
+    "DenseHierarchical",
     "DenseLocalReparameterization",
     "DenseRank1",
     "DenseReparameterization",
     "DenseVariationalDropout",
     "DepthwiseConv2DBatchEnsemble",
+    "DiscreteAutoregressiveFlow",
+    "DiscreteBipartiteFlow",
     "Discretize",
     "DiscretizedDistribution",
     "DistributionInitializer",
+    "EmbeddingReparameterization",
     "EnsembleModel",
     "EinsumDenseFlipout",
     "EinsumDenseRank1",
@@ -208,6 +221,9 @@ __all__ = [
     "MultiHeadAttentionFlipout",
     "MultiHeadAttentionRank1",
     "MultiHeadAttentionReparameterization",
+    "NCPCategoricalPerturb",
+    "NCPNormalOutput",
+    "NCPNormalPerturb",
     "Normal",
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
@@ -231,6 +247,7 @@ __all__ = [
     "Reverse",
     "ReversibleLayer",
     "Softplus",
+    "SinkhornAutoregressiveFlow",
     "SparseGaussianProcess",
     "SpectralNormalization",
     "SpectralNormalizationConv2D",

@@ -386,13 +386,18 @@ class MADE(keras.layers.Layer):
       activation: hidden activation (default ``'relu'``).
       kernel_initializer: for every masked kernel.
       seed: int for random orders (chosen at construction when None; in the config).
+      with_channels: inputs are ``(batch, ..., d, channels)``: the autoregression runs over
+        the ``d`` positions, each a vector of ``channels`` features (e.g. a one-hot token of
+        a sequence, the network of the discrete flows).
 
-    Input ``(batch, ..., d)``; output ``(batch, ..., d, units)``.
+    Input ``(batch, ..., d)`` (``(batch, ..., d, channels)`` with ``with_channels``); output
+    ``(batch, ..., d, units)``.
     """
 
     def __init__(self, hidden_dims, units=2, order="left-to-right",
                  hidden_order="left-to-right", activation="relu", use_bias=True,
-                 kernel_initializer="glorot_uniform", seed=None, **kwargs):
+                 kernel_initializer="glorot_uniform", seed=None, with_channels=False,
+                 **kwargs):
         super().__init__(**kwargs)
         if not isinstance(hidden_dims, list | tuple):
             raise TypeError("Expected a list of hidden layer sizes. Received: "
@@ -411,9 +416,17 @@ class MADE(keras.layers.Layer):
         self.use_bias = bool(use_bias)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.seed = random.SystemRandom().randint(0, 2**31 - 1) if seed is None else int(seed)
+        self.with_channels = bool(with_channels)
 
     def build(self, input_shape):
-        dim = tf.TensorShape(input_shape)[-1]
+        shape = tf.TensorShape(input_shape)
+        if self.with_channels:
+            if shape.rank is None or shape.rank < 2 or None in shape[-2:].as_list():
+                raise ValueError("MADE(with_channels=True) needs inputs (batch, ..., d, "
+                                 f"channels) with d and channels known. Received: {input_shape}")
+            dim, channels = shape[-2], shape[-1]
+        else:
+            dim, channels = shape[-1], 1
         if dim is None:
             raise ValueError(f"MADE needs a known last input dimension. Received: {input_shape}")
         rng = np.random.RandomState(self.seed + 1)
@@ -429,6 +442,8 @@ class MADE(keras.layers.Layer):
             degrees = hidden
         out_mask = self.input_degrees[None, :] > degrees[:, None]
         masks.append(np.repeat(out_mask, self.units, axis=1))
+        # Each position's channels share its degree (rows position-major, as the flattening).
+        masks[0] = np.repeat(masks[0], channels, axis=0)
         self.masks = [m.astype(np.float32) for m in masks]
         self.kernels, self.biases = [], []
         for i, mask in enumerate(self.masks):
@@ -443,10 +458,13 @@ class MADE(keras.layers.Layer):
     def call(self, inputs):
         x = tf.cast(tf.convert_to_tensor(inputs), self.compute_dtype)
         h = x
+        if self.with_channels:  # (..., d, channels) -> (..., d * channels)
+            h = tf.reshape(x, tf.concat([tf.shape(x)[:-2], [x.shape[-2] * x.shape[-1]]], 0))
+            x = x[..., 0]  # (..., d): the outputs' leading shape
         for i, mask in enumerate(self.masks):
             h = tf.tensordot(h, self.kernels[i] * tf.constant(mask, h.dtype), [[-1], [0]])
             if self.use_bias:
-                h = tf.nn.bias_add(h, self.biases[i])
+                h = h + self.biases[i]  # (also rank 1: an unbatched sequence)
             if i < len(self.masks) - 1:
                 h = self.activation(h)
         out = tf.reshape(h, tf.concat([tf.shape(x), [self.units]], 0))
@@ -460,7 +478,7 @@ class MADE(keras.layers.Layer):
                       activation=keras.activations.serialize(self.activation),
                       use_bias=self.use_bias,
                       kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
-                      seed=self.seed)
+                      seed=self.seed, with_channels=self.with_channels)
         return config
 
 

@@ -53,6 +53,9 @@ TWINS = {
     bl.MCDropout: (keras.layers.Dropout, (2, 5)),
     bl.EinsumDenseRank1: (keras.layers.EinsumDense, (4, 5)),
     bl.MultiHeadAttentionRank1: (keras.layers.MultiHeadAttention, (4, 4, 6)),
+    bl.DenseHierarchical: (keras.layers.Dense, (2, 5)),
+    bl.Conv2DHierarchical: (keras.layers.Conv2D, (2, 9, 9, 3)),
+    bl.EmbeddingReparameterization: (keras.layers.Embedding, (2, 5)),
 }
 
 # Positional parameters that newer Keras releases append to a twin's signature
@@ -60,7 +63,9 @@ TWINS = {
 # quantization arguments, the recurrent cells' seed).
 NEWER_KERAS_PARAMETERS = {keras.layers.MultiHeadAttention: ("softmax_robust_masking",),
                           keras.layers.Dense: ("lora_rank", "lora_alpha", "quantization_config"),
-                          keras.layers.LSTMCell: ("seed",), keras.layers.GRUCell: ("seed",)}
+                          keras.layers.LSTMCell: ("seed",), keras.layers.GRUCell: ("seed",),
+                          keras.layers.Embedding: ("lora_rank", "lora_alpha",
+                                                   "quantization_config")}
 
 
 # Non-default values for each twin parameter, valid for both layers of the pair.
@@ -80,6 +85,10 @@ PROBES = {
     # MultiHeadAttention (use_gate: a Bayesian gate projection too).
     "gptq_unpacked_column_size": None, "sliding_window": 2, "flash_attention": None,
     "use_gate": True,
+    # Embedding (Keras 2: input_length, sparse; Keras 3: weights).
+    "input_dim": 6, "output_dim": 3, "embeddings_initializer": "trainable_normal",
+    "embeddings_regularizer": "normal_kl_divergence", "embeddings_constraint": None,
+    "mask_zero": True, "input_length": None, "sparse": False, "weights": None,
 }
 # Per-layer probes: the ensemble layers' kernel is a point estimate (no posterior).
 LAYER_PROBES = {cls: {"kernel_initializer": "glorot_uniform"}
@@ -105,7 +114,7 @@ def _twin_seeded(ours, twin):
 # Keys whose Bayesian value is a distribution initializer / KL regularizer object that a
 # Keras twin cannot hold: compared by presence only.
 BAYESIAN_KEYS = {"kernel_initializer", "recurrent_initializer", "kernel_regularizer",
-                 "recurrent_regularizer"}
+                 "recurrent_regularizer", "embeddings_initializer", "embeddings_regularizer"}
 # MultiHeadAttention's output_shape is a shape; the probe for EinsumDense is an int.
 PAIR_PROBES = {keras.layers.MultiHeadAttention: {"output_shape": None, "dropout": 0.1,
                                                  "softmax_robust_masking": False, "seed": 3},
@@ -171,7 +180,9 @@ def test_same_positional_arguments_build_the_same_layer(ours, twin, shape):
     args = _positional_args(twin, ours)
     keras_args = [
         "glorot_uniform" if p.name in ("kernel_initializer", "recurrent_initializer")
-        else None if p.name in ("kernel_regularizer", "recurrent_regularizer") else a
+        else "uniform" if p.name == "embeddings_initializer"
+        else None if p.name in ("kernel_regularizer", "recurrent_regularizer",
+                                "embeddings_regularizer") else a
         for p, a in zip(_params(twin), args, strict=False)]
     seeded = ours in NOISELESS or _twin_seeded(ours, twin)
     ours_layer = ours(*args) if seeded else ours(*args, seed=3)
@@ -184,6 +195,8 @@ def test_same_positional_arguments_build_the_same_layer(ours, twin, shape):
         if key not in BAYESIAN_KEYS:
             assert mine[key] == value, (key, mine[key], value)
     x = tf.random.stateless_normal(shape, [1, 2])
+    if twin is keras.layers.Embedding:  # indices
+        x = tf.random.stateless_uniform(shape, [1, 2], 0, PROBES["input_dim"], tf.int32)
     if twin is keras.layers.MultiHeadAttention:
         out = ours_layer(x, x)
     elif twin in (keras.layers.LSTMCell, keras.layers.GRUCell):

@@ -19,9 +19,22 @@ from bayes_planet.compat.edward2.layers import gaussian_process, utils
 from bayes_planet.compat.edward2.layers._arguments import Edward2Arguments
 from bayes_planet.compat.edward2.layers.dense_extras import CondDense, DenseMultihead
 from bayes_planet.compat.edward2.layers.depthwise import DepthwiseConv2DBatchEnsemble
+from bayes_planet.compat.edward2.layers.discrete_flows import (
+    DiscreteAutoregressiveFlow,
+    DiscreteBipartiteFlow,
+    SinkhornAutoregressiveFlow,
+)
+from bayes_planet.compat.edward2.layers.embeddings import EmbeddingReparameterization
+from bayes_planet.compat.edward2.layers.hierarchical import Conv2DHierarchical, DenseHierarchical
 from bayes_planet.compat.edward2.layers.hyper_batch_ensemble import (
     Conv2DHyperBatchEnsemble,
     DenseHyperBatchEnsemble,
+)
+from bayes_planet.compat.edward2.layers.made import MADE
+from bayes_planet.compat.edward2.layers.noise import (
+    NCPCategoricalPerturb,
+    NCPNormalOutput,
+    NCPNormalPerturb,
 )
 from bayes_planet.compat.edward2.layers.posterior_network import PosteriorNetworkLayer
 
@@ -35,6 +48,7 @@ __all__ = [
     "Conv2DBatchEnsemble",
     "Conv2DFlipout",
     "Conv2DHyperBatchEnsemble",
+    "Conv2DHierarchical",
     "Conv2DRank1",
     "Conv2DReparameterization",
     "Conv2DVariationalDropout",
@@ -47,15 +61,24 @@ __all__ = [
     "DenseReparameterization",
     "DenseVariationalDropout",
     "DepthwiseConv2DBatchEnsemble",
+    "DenseHierarchical",
+    "DiscreteAutoregressiveFlow",
+    "DiscreteBipartiteFlow",
+    "EmbeddingReparameterization",
     "ExponentiatedQuadratic",
     "GaussianProcess",
     "LSTMCellFlipout",
     "LSTMCellRank1",
     "LSTMCellReparameterization",
+    "MADE",
     "MixtureLogistic",
     "PosteriorNetworkLayer",
+    "NCPCategoricalPerturb",
+    "NCPNormalOutput",
+    "NCPNormalPerturb",
     "RandomFeatureGaussianProcess",
     "Reverse",
+    "SinkhornAutoregressiveFlow",
     "SparseGaussianProcess",
     "SpectralNormalization",
     "SpectralNormalizationConv2D",
@@ -407,15 +430,11 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 # edward2 layers the library does not implement -------------------------------------------
 
 NOT_IMPLEMENTED = (
-    "Attention", "BayesianLinearModel", "CondConv2D", "Conv2DHierarchical",
-    "DenseHierarchical", "DepthwiseCondConv2D",
-    "DiscreteAutoregressiveFlow", "DiscreteBipartiteFlow", "EmbeddingReparameterization",
+    "Attention", "BayesianLinearModel", "CondConv2D", "DepthwiseCondConv2D",
     "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
-    "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel", "MADE",
+    "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel",
     "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
-    "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA", "NCPCategoricalPerturb",
-    "NCPNormalOutput", "NCPNormalPerturb", "NeuralProcess",
-    "SinkhornAutoregressiveFlow", "Zeros",
+    "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA", "NeuralProcess", "Zeros",
 )
 
 

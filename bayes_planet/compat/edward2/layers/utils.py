@@ -2,6 +2,7 @@
 
 import tensorflow as tf
 
+from bayes_planet.layers import discrete_flows as _discrete_flows
 from bayes_planet.layers import sngp as _sngp
 from bayes_planet.layers.discrete import (
     multiplicative_inverse,
@@ -10,9 +11,10 @@ from bayes_planet.layers.discrete import (
     one_hot_multiply,
     sinkhorn,
 )
+from bayes_planet.layers.discrete_flows import one_hot_argmax
 
-__all__ = ["mean_field_logits", "multiplicative_inverse", "one_hot_add", "one_hot_minus",
-           "one_hot_multiply", "sinkhorn"]
+__all__ = ["mean_field_logits", "multiplicative_inverse", "one_hot_add", "one_hot_argmax",
+           "one_hot_minus", "one_hot_multiply", "sinkhorn", "soft_to_hard_permutation"]
 
 
 def mean_field_logits(logits, covmat=None, mean_field_factor=1.0, likelihood="logistic"):
@@ -25,6 +27,15 @@ def mean_field_logits(logits, covmat=None, mean_field_factor=1.0, likelihood="lo
     return _sngp.mean_field_logits(logits, variance, mean_field_factor, likelihood=likelihood)
 
 
+def soft_to_hard_permutation(inputs):
+    """edward2's ``soft_to_hard_permutation``: the library's on ``[batch, N, N]``; a single
+    ``[N, N]`` matrix gets a batch axis of 1, as edward2's."""
+    inputs = tf.convert_to_tensor(inputs)
+    if inputs.shape.rank == 2:
+        inputs = inputs[None]
+    return _discrete_flows.soft_to_hard_permutation(inputs)
+
+
 def _not_implemented(name):
     def fn(*args, **kwargs):
         del args, kwargs
@@ -35,7 +46,5 @@ def _not_implemented(name):
 
 
 # edward2 helpers the library does not implement: `add_weight` (a class decorator giving a
-# Keras layer distribution weights; the library's layers are Bayesian classes of their own)
-# and `soft_to_hard_permutation` (a Hungarian matching).
+# Keras layer distribution weights; the library's layers are Bayesian classes of their own).
 add_weight = _not_implemented("add_weight")
-soft_to_hard_permutation = _not_implemented("soft_to_hard_permutation")
