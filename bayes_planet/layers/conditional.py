@@ -34,14 +34,15 @@ class CondDense(keras.layers.Layer):
     ``(batch, num_experts)``; output ``(batch, units)``, example ``i`` through the kernel
     ``sum_k routing_weights[i, k] · kernel[k]`` (and the bias alike).
 
+    ``activation``, ``use_bias``, ``kernel_initializer``, ``bias_initializer``,
+    ``kernel_regularizer``, ``bias_regularizer``, ``activity_regularizer``,
+    ``kernel_constraint`` and ``bias_constraint`` are as in `keras.layers.Dense`; an
+    initializer draws each expert at its own shape ``[in, units]``. ``kernel`` is
+    ``[num_experts, in, units]``, ``bias`` ``[num_experts, units]``.
+
     Args:
       units: output width.
       num_experts: the number of expert kernels (default 1).
-      activation, use_bias, kernel_initializer, bias_initializer, kernel_regularizer,
-        bias_regularizer, activity_regularizer, kernel_constraint, bias_constraint: as
-        `keras.layers.Dense`; an initializer draws each expert at its own shape
-        ``[in, units]``. ``kernel`` is ``[num_experts, in, units]``, ``bias``
-        ``[num_experts, units]``.
     """
 
     def __init__(self, units, num_experts=1, activation=None, use_bias=True,

@@ -303,16 +303,20 @@ class DenseHyperBatchEnsemble(HyperBatchEnsemble):
     ``hyperparameters`` ``(E·b, H)`` and ``embedding`` ``(E·b, 2·units)``; output
     ``(E·b, ..., units)``; the L2 penalty of the hyperparameters in ``layer.losses``.
 
+    ``activation``, ``use_bias``, ``kernel_initializer``, ``bias_initializer``,
+    ``activity_regularizer``, ``kernel_constraint`` and ``bias_constraint`` are as in
+    `keras.layers.Dense` (the initializers and constraints apply to both kernels and both
+    biases).
+
     Args:
       units: output width.
-      activation, use_bias, kernel_initializer, bias_initializer, activity_regularizer,
-        kernel_constraint, bias_constraint: as `keras.layers.Dense` (the initializers and
-        constraints apply to both kernels and both biases).
       ensemble_size: the number of members E (default 4).
-      alpha_initializer, gamma_initializer: the fast weights' initializers (default
-        random signs ±1, as `bayes_planet.layers.DenseBatchEnsemble`).
-      l2_kernel_index, l2_bias_index: the columns of ``hyperparameters`` holding this
-        layer's kernel and bias L2 strengths (default 0 and 1).
+      alpha_initializer: the fast weights α's initializer (default random signs ±1, as
+        `bayes_planet.layers.DenseBatchEnsemble`).
+      gamma_initializer: γ's, alike.
+      l2_kernel_index: the column of ``hyperparameters`` holding this layer's kernel L2
+        strength (default 0).
+      l2_bias_index: the column holding its bias L2 strength (default 1).
       regularize_fast_weights: penalize the members' kernels ``W ∘ α γᵀ`` (default) or the
         shared ``W`` alone.
       shared_fast_weights: tie (α', γ') to (α, γ).
@@ -367,10 +371,9 @@ class Conv2DHyperBatchEnsemble(HyperBatchEnsemble):
     ``embedding`` ``(E·b, 2·filters)`` (``e1``, ``e2`` broadcast over the positions); output
     the convolution's ``(E·b, height', width', filters)``; the L2 penalty in ``layer.losses``.
 
-    Args:
-      filters, kernel_size, strides, padding (``'valid'`` or ``'same'``), data_format
-        (``'channels_last'`` or None), dilation_rate: as `keras.layers.Conv2D`.
-      The others: as `DenseHyperBatchEnsemble`.
+    ``filters``, ``kernel_size``, ``strides``, ``padding`` (``'valid'`` or ``'same'``),
+    ``data_format`` (``'channels_last'`` or None) and ``dilation_rate`` are as in
+    `keras.layers.Conv2D`, the other arguments as in `DenseHyperBatchEnsemble`.
     """
 
     def __init__(self, filters, kernel_size, strides=(1, 1), padding="valid",
