@@ -2,7 +2,7 @@
 
 import numbers
 
-__all__ = ["check_positive_int"]
+__all__ = ["check_positive_int", "check_positive_int_pair"]
 
 
 def check_positive_int(name, value):
@@ -10,3 +10,14 @@ def check_positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"Expected a positive integer. Received: {name}={value!r}")
     return int(value)
+
+
+def check_positive_int_pair(name, value):
+    """Returns ``(a, b)`` from an int or a pair of ints; raises ValueError unless both are > 0."""
+    values = (value, value) if isinstance(value, numbers.Integral) else tuple(value)
+    if len(values) != 2 or not all(
+            isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0
+            for v in values):
+        raise ValueError(f"Expected a positive integer or a pair of them. Received: "
+                         f"{name}={value!r}")
+    return tuple(int(v) for v in values)

@@ -102,7 +102,7 @@ FAULTS = [
     pytest.param("plan:5", marks=pytest.mark.slow),  # 5 steps into the planning episode.
     pytest.param("eval:5", marks=pytest.mark.slow),
     "checkpoint_write:3",  # The 3rd checkpoint: written, not yet renamed into place.
-    "metrics_write:3",  # A torn 3rd row.
+    pytest.param("metrics_write:3", marks=pytest.mark.slow),  # A torn 3rd row.
 ]
 
 
@@ -124,6 +124,7 @@ def test_sigkill_at_any_phase_then_rerun_equals_the_uninterrupted_run(reference,
     assert not leftovers
 
 
+@pytest.mark.slow  # ~2.5 min; the default suite resumes killed runs (the SIGKILL cases below)
 def test_resume_from_an_older_checkpoint_redoes_the_updates_exactly(reference, tmp_path):
     """checkpoint_every=2: a kill after episode 3's row resumes from ckpt-2 and retrains."""
     logdir = tmp_path / "run"
@@ -141,6 +142,7 @@ def test_resume_from_an_older_checkpoint_redoes_the_updates_exactly(reference, t
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+@pytest.mark.slow  # ~1.5 min: two debug trainings
 def test_a_finished_run_extended_with_more_episodes_equals_the_longer_run(reference, tmp_path):
     """train.episodes may grow on a rerun (config.EXTENDABLE_KEYS): 2 episodes, then 3, equal the
     uninterrupted 3 (rows and checkpoint); fewer than collected, or any other key, is refused."""
@@ -361,6 +363,7 @@ def _old_layout(path):
     path.write_text(yaml.safe_dump(data, sort_keys=False))
 
 
+@pytest.mark.slow  # ~1 min: a debug training, resumed and evaluated
 def test_a_run_with_an_old_layout_config_resumes_and_evaluates(reference, tmp_path):
     """Run directories keep the config.yaml they started with: one of the layout before the
     planner was chosen by name is migrated when read, resumes to the uninterrupted run's

@@ -268,6 +268,7 @@ def _run(logdir, episodes, fault=None):
                    "--set", f"train.episodes={episodes}", fault=fault)
 
 
+@pytest.mark.slow  # ~1 min; tests/agent/test_run.py SIGKILLs a run in the default suite
 def test_killed_run_resumes_with_step_weights_and_replay(tmp_path):
     """SIGKILL a debug run during its second planning episode, rerun the same command."""
     from bayes_planet.agent.agent import Agent

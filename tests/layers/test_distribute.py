@@ -79,6 +79,7 @@ class _Run:
                 if line.startswith("RESULT ")]
 
 
+# The tests that read these runs are marked slow: the subprocesses take 1-3 minutes in all.
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("multi_worker")
@@ -138,6 +139,7 @@ def test_replica_loss_is_the_plain_loss_on_one_replica():
 # MirroredStrategy over 2 logical CPUs: every layer family ------------------------------
 
 @pytest.mark.parametrize("case", DEFAULT_CASES)
+@pytest.mark.slow
 def test_layer_family_under_mirrored_strategy(runs, case):
     record = _by_case(runs, "layers")[case]
     assert record["status"] == "ok", record
@@ -156,6 +158,7 @@ def test_layer_family_under_mirrored_strategy(runs, case):
     assert noisy["weight_diff"] < 1e-5 and noisy["equal_to_single"], noisy
 
 
+@pytest.mark.slow
 def test_exact_gp_replicas_draw_their_own_noise(runs):
     """Issue #19: GP samples were identical on both replicas (duplicated noise)."""
     record = _by_case(runs, "layers")["GaussianProcess(replica noise)"]
@@ -164,6 +167,7 @@ def test_exact_gp_replicas_draw_their_own_noise(runs):
     assert record["replica0_equals_single_rows"], record
 
 
+@pytest.mark.slow
 def test_noise_drawn_in_a_while_loop_under_mirrored_strategy(runs):
     """The noise counter is per replica (ON_READ): a draw in a `tf.while_loop` of a replica
     step needs no cross-replica sync (a counter synchronized on write cannot be updated
@@ -174,6 +178,7 @@ def test_noise_drawn_in_a_while_loop_under_mirrored_strategy(runs):
     assert record["counters"] == [[3, 3]] and record["single_counters"] == [[3]], record
 
 
+@pytest.mark.slow
 def test_keras_add_loss_before_a_collective(runs):
     """A plain Keras layer's ``add_loss`` (`ActivityRegularization`), then a layer whose call
     runs a collective (`VectorQuantizer(ema=True)`). Keras 2 keeps each replica's losses
@@ -195,6 +200,7 @@ def test_keras_add_loss_before_a_collective(runs):
 
 
 @pytest.mark.parametrize("case", FIT_CASES)
+@pytest.mark.slow
 def test_model_fit_under_mirrored_strategy_equals_single_device(runs, case):
     """Keras' own step: the KL in model.losses is scaled by 1/replicas, counted once."""
     record = _by_case(runs, "fit")[case]
@@ -205,6 +211,7 @@ def test_model_fit_under_mirrored_strategy_equals_single_device(runs, case):
     assert record["counters_lockstep"] and all(c[0] == 2 for c in record["counters"]), record
 
 
+@pytest.mark.slow
 def test_make_train_step_under_mirrored_strategy_equals_single_device(runs):
     record = _by_case(runs, "fit")["make_train_step"]
     losses = np.asarray(record["losses"])  # [step, single|mirrored]: data + KL, global
@@ -220,6 +227,7 @@ def _world(runs, test):
 
 
 @pytest.mark.parametrize("estimator", ["reparameterization", "flipout"])
+@pytest.mark.slow
 def test_world_model_mirrored_step_equals_single_device(runs, estimator):
     """A global batch of distinct rows: loss, metrics and updated weights of the 2-replica
     step equal the single-device step (weight sample shared, latent noise per row)."""
@@ -232,6 +240,7 @@ def test_world_model_mirrored_step_equals_single_device(runs, estimator):
 
 
 @pytest.mark.parametrize("estimator", ["reparameterization", "flipout"])
+@pytest.mark.slow
 def test_world_model_free_nats_clip_the_global_state_kl(runs, estimator):
     """Free nats between the shards' KLs: per-replica clipping would differ from the
     single-device step; the 2-replica step equals it."""
@@ -244,6 +253,7 @@ def test_world_model_free_nats_clip_the_global_state_kl(runs, estimator):
     assert record["weight_diff"] < 1e-5, record
 
 
+@pytest.mark.slow
 def test_world_model_mirrored_debug_steps_are_finite(runs):
     (record,) = _world(runs, "few_steps")
     assert record["finite"] and len(record["losses"]) == 3, record
@@ -271,6 +281,7 @@ def _same_on_both_workers(first, second, prefix):
     return keys
 
 
+@pytest.mark.slow
 def test_multi_worker_custom_step_equals_single_device(runs):
     """Bayesian layers in a custom step (`strategy.run`) on 2 localhost workers: each worker's
     2-replica steps equal the single-device steps, and both end with identical weights."""
@@ -283,6 +294,7 @@ def test_multi_worker_custom_step_equals_single_device(runs):
         assert a["noisy"]["weights_sha1"] == b["noisy"]["weights_sha1"], a["case"]
 
 
+@pytest.mark.slow
 def test_multi_worker_localhost_workers_agree_under_fit(runs):
     """`model.fit` of Bayesian layers on 2 localhost workers: identical losses and weights.
 
@@ -306,6 +318,7 @@ def test_multi_worker_localhost_workers_agree_under_fit(runs):
         assert np.all(np.isfinite(first["fit_losses"]))
 
 
+@pytest.mark.slow
 def test_multi_worker_world_model_equals_single_device(runs):
     if not agent_extra_installed():  # the workers skipped it (see multi_worker)
         pytest.skip("the world model needs the 'agent' extra (Python 3.10-3.11), not installed")

@@ -255,6 +255,7 @@ def test_grid_backends_default_is_one_and_importing_agents_imports_no_ray(agents
 
 
 # ---------------------------------------------------------------- agents: end to end
+@pytest.mark.slow  # ~2 min: the whole grid of debug runs; the launcher itself is tested above
 def test_agents_debug_preset(agents, tmp_path):
     """Two tiny `bayes-planet train --preset debug` subprocesses, run side by side."""
     results = agents.main(["--preset", "debug", "--out", str(tmp_path), "--parallel", "2"])

@@ -7,6 +7,7 @@ import pytest
 from tests.scripts import _experiments
 
 
+@pytest.mark.slow  # ~1 min: a debug training and its measurements
 def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
     """experiments/plateau.py on a tiny value-aware cartpole run (mean-field transition): each
     measurement prints its rows with finite numbers; another task is refused."""

@@ -40,7 +40,7 @@ import tensorflow as tf
 from bayes_planet._keras import keras
 from bayes_planet.layers import constraints, initializers, regularizers
 from bayes_planet.layers._registry import register as _register
-from bayes_planet.layers.checks import check_positive_int
+from bayes_planet.layers.checks import check_positive_int, check_positive_int_pair
 from bayes_planet.layers.ensemble.dense import (
     ENSEMBLE_SIZE,
     FAST_WEIGHTS,
@@ -353,15 +353,6 @@ class DenseHyperBatchEnsemble(HyperBatchEnsemble):
         return {"units": self.units, **super().get_config()}
 
 
-def _pair(name, value):
-    values = (value, value) if isinstance(value, int) else tuple(value)
-    if len(values) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
-                                   for v in values):
-        raise ValueError(f"Expected a positive integer or a pair of them. Received: "
-                         f"{name}={value!r}")
-    return values
-
-
 @_register
 class Conv2DHyperBatchEnsemble(HyperBatchEnsemble):
     """Hyper-BatchEnsemble 2-D convolution (Wenzel et al., 2020; module docstring).
@@ -392,9 +383,9 @@ class Conv2DHyperBatchEnsemble(HyperBatchEnsemble):
             l2_bias_index=l2_bias_index, regularize_fast_weights=regularize_fast_weights,
             shared_fast_weights=shared_fast_weights, **kwargs)
         self.filters = check_positive_int("filters", filters)
-        self.kernel_size = _pair("kernel_size", kernel_size)
-        self.strides = _pair("strides", strides)
-        self.dilation_rate = _pair("dilation_rate", dilation_rate)
+        self.kernel_size = check_positive_int_pair("kernel_size", kernel_size)
+        self.strides = check_positive_int_pair("strides", strides)
+        self.dilation_rate = check_positive_int_pair("dilation_rate", dilation_rate)
         padding = str(padding).lower()
         if padding not in ("valid", "same"):
             raise ValueError(f"Expected padding 'valid' or 'same'. Received: padding={padding!r}")
