@@ -171,6 +171,8 @@ def upgrade(data):
       section without the key gets ``latent: sample``.
     * before ``value.novelty`` existed, the critic learned from predicted rewards alone: a
       value section without the key gets ``novelty: 0.0``.
+    * before ``value.weight_samples``/``value.pessimism`` existed, each update imagined
+      under one weight sample: a value section without them gets ``1`` / ``0.0``.
     * before ``planner.warm_start`` existed, every step's search started afresh: a planner
       section without the key gets ``warm_start: false``.
     * before ``planner.novelty`` existed, the planner had no disagreement bonus: a planner
@@ -216,6 +218,10 @@ def upgrade(data):
         data["value"]["latent"] = "sample"
     if isinstance(data.get("value"), dict) and "novelty" not in data["value"]:
         data["value"]["novelty"] = 0.0
+    if isinstance(data.get("value"), dict) and "weight_samples" not in data["value"]:
+        data["value"]["weight_samples"] = 1
+    if isinstance(data.get("value"), dict) and "pessimism" not in data["value"]:
+        data["value"]["pessimism"] = 0.0
     loss = data.get("loss")
     if isinstance(loss, dict) and "kl_balance" not in loss:
         loss["kl_balance"] = None
@@ -257,7 +263,7 @@ _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.ensemble_s
                  "planner.cem.iterations", "planner.weight_samples", "eval.every",
                  "eval.episodes", "env.image_size", "env.episode_length", "env.action_repeat",
                  "value.imagine_horizon", "value.start_every", "value.units", "value.layers",
-                 "planner.exploration_decay_steps")
+                 "planner.exploration_decay_steps", "value.weight_samples")
 _NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals", "loss.overshooting")
 _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "model.obs_stddev",
                    "train.learning_rate", "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
@@ -265,6 +271,7 @@ _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "model.obs_s
 _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
                        "loss.weight_kl_scale", "planner.exploration_noise", "value.actor_entropy",
                        "value.replay_weight", "value.novelty", "planner.novelty",
+                       "value.pessimism",
                        "planner.exploration_final")
 #: Keys of the lists above that may also be null (their default then applies: PlaNet's
 #: per-task action repeat; constant exploration noise).
@@ -438,6 +445,17 @@ def _check(data):
         fail("value.novelty", "0 unless the transition has weight noise (its disagreement "
              f"between two weight samples is 0 for model.estimator in {list(NO_WEIGHT_NOISE)}; "
              f"here model.estimator={model['estimator']!r})", value["novelty"])
+    if value["weight_samples"] > 1 and not value["enabled"]:
+        fail("value.weight_samples", "1 unless value.enabled (the samples are the critic's "
+             "imagined rollouts)", value["weight_samples"])
+    if value["weight_samples"] > 1 and model["estimator"] in NO_WEIGHT_NOISE:
+        fail("value.weight_samples", "1 unless the transition has weight noise (its weight "
+             f"samples are the same weights for model.estimator in {list(NO_WEIGHT_NOISE)}; "
+             f"here model.estimator={model['estimator']!r})", value["weight_samples"])
+    if value["pessimism"] > 0 and value["weight_samples"] < 2:
+        fail("value.pessimism", "0 unless value.weight_samples >= 2 (the std of one sample's "
+             f"returns is 0; here value.weight_samples={value['weight_samples']})",
+             value["pessimism"])
     cells = layer_registry.estimators("gru_cell", ensembles=True)
     if data["model"]["bayesian_gru"] and data["model"]["estimator"] not in cells:
         raise ConfigError(f"model.bayesian_gru=True has no {data['model']['estimator']} cell; "

@@ -26,6 +26,12 @@ policy. `ValueModel` learns both in the RSSM's latent space, Dreamer-style (Hafn
 
       R_H = V'(s_H),   R_t = r_{t+1} + γ ((1 − λ) V'(s_{t+1}) + λ R_{t+1});
 
+* with ``value.weight_samples`` K > 1 every start is imagined K times, under K weight samples
+  of the transition, and the critic's targets and the policy's objective are
+  ``mean_k R_t^k − κ std_k R_t^k`` (``value.pessimism`` κ; `sample_objective`), each
+  sample's states regressed onto their start's common target: an average over the Bayesian
+  transition's samples (REDQ's and EfficientTDMPC's averaged targets) and, with κ > 0, a
+  penalty on returns they disagree on (MOPO's, on the return);
 * the critic regresses ``V(s_t)`` onto ``R_t`` (squared error, ``t < H``) and, with
   ``value.replay_weight > 0``, also every posterior state ``s_t`` of the replay chunk onto the
   λ-return of the chunk's **real** rewards, bootstrapped with ``V'`` of its later posterior
@@ -63,7 +69,7 @@ from bayes_planet._keras import keras
 from bayes_planet.agent.networks import MLP
 from bayes_planet.layers import fixed_noise
 
-__all__ = ["ValueModel", "lambda_returns"]
+__all__ = ["ValueModel", "lambda_returns", "sample_objective"]
 
 #: The policy's smallest standard deviation before the tanh (Dreamer's 1e-4 would let it
 #: collapse; 0.1 keeps proposals spread).
@@ -86,6 +92,15 @@ def lambda_returns(rewards, values, discount, td_lambda):
     targets = rewards + discount * (1 - td_lambda) * values
     return tf.scan(lambda acc, target: target + discount * td_lambda * acc, targets,
                    initializer=values[-1], reverse=True)
+
+
+def sample_objective(returns, pessimism):
+    """The mean over weight samples of their returns minus ``pessimism`` times their
+    (population) std: ``returns`` ``[K, ...]`` → ``[...]``."""
+    mean = tf.reduce_mean(returns, 0)
+    if not pessimism:
+        return mean
+    return mean - pessimism * tf.math.reduce_std(returns, 0)
 
 
 class ValueModel(tf.Module):
@@ -255,30 +270,52 @@ class ValueModel(tf.Module):
             return tf.reshape(picked, [-1, x.shape[-1]])
         return {k: split(x) for k, x in posterior.items()}
 
+    @staticmethod
+    def weight_seeds(seed, num):
+        """The ``value.weight_samples`` = ``num`` rollout seeds of an update's ``value_step``
+        seed: the first is ``seed`` itself (one sample draws what it drew before the key
+        existed), the others streams of their own (2, 3, ...; 1 is `_novelty_seed`'s)."""
+        return [seed] + [tf.random.experimental.stateless_fold_in(seed, 1 + k)
+                         for k in range(1, num)]
+
+    def _imagine(self, start, seed, tape):
+        """One weight sample's rollouts from ``start`` and their λ-returns ``R_0..R_{H-1}``
+        ``[H, N]``; returns ``(states, returns, entropy, bonus)`` (``bonus``: the novelty
+        reward d_t, None without ``value.novelty``), recorded on ``tape`` for the policy."""
+        v, wm = self.settings, self.world_model
+        states, actions, entropy = self.rollout(start, v.imagine_horizon, seed)
+        rewards = wm.predict_reward(states)  # [H, N]: r_1..r_H
+        bonus = None
+        if v.novelty:
+            with tape.stop_recording():  # A reward, not a path for the policy's gradient.
+                bonus = self.disagreement(start, states, actions, self._novelty_seed(seed))
+            rewards += v.novelty * bonus
+        values = self.value(states, target=True)  # V'(s_1..s_H)
+        return states, lambda_returns(rewards, values, v.discount, v.td_lambda), entropy, bonus
+
     def _train_step(self, posterior, seed, reward=None):
         """One critic and one actor update from a batch's posterior states ``[B, T, size]``
         (`WorldModel.train_step` with ``return_posterior=True``) and, for the replay term
         (``value.replay_weight``), the batch's rewards ``[B, T]``."""
-        v, wm = self.settings, self.world_model
+        v = self.settings
         start = {k: tf.stop_gradient(x) for k, x in self.start_states(posterior).items()}
         actor_vars = self.actor.trainable_variables
         critic_vars = self.critic.trainable_variables
+        num = v.weight_samples
         with tf.GradientTape() as tape:
-            states, actions, entropy = self.rollout(start, v.imagine_horizon, seed)
-            rewards = wm.predict_reward(states)  # [H, N]: r_1..r_H
-            if v.novelty:
-                with tape.stop_recording():  # A reward, not a path for the policy's gradient.
-                    bonus = self.disagreement(start, states, actions, self._novelty_seed(seed))
-                rewards += v.novelty * bonus
-            values = self.value(states, target=True)  # V'(s_1..s_H)
-            returns = lambda_returns(rewards, values, v.discount, v.td_lambda)  # R_0..R_{H-1}
-            actor_loss = -tf.reduce_mean(returns) - v.actor_entropy * tf.reduce_mean(entropy)
+            samples = [self._imagine(start, s, tape) for s in self.weight_seeds(seed, num)]
+            returns = [r for _, r, _, _ in samples]  # K x [H, N]
+            objective = sample_objective(tf.stack(returns), v.pessimism) if num > 1 else returns[0]
+            entropy = tf.concat([e for _, _, e, _ in samples], 1)
+            actor_loss = -tf.reduce_mean(objective) - v.actor_entropy * tf.reduce_mean(entropy)
         actor_grads = tape.gradient(actor_loss, actor_vars)
         actor_grads, actor_norm = tf.clip_by_global_norm(actor_grads, v.grad_clip)
-        # The critic's inputs: s_0..s_{H-1} with their targets R_0..R_{H-1}.
-        inputs = {k: tf.stop_gradient(tf.concat([start[k][None], s[:-1]], 0))
-                  for k, s in states.items()}
-        targets = tf.stop_gradient(returns)
+        # The critic's inputs: s_0..s_{H-1} of every sample's rollouts, each with the
+        # targets R_0..R_{H-1} of its start (one sample: its own λ-returns).
+        inputs = {k: tf.stop_gradient(tf.concat(
+            [tf.concat([start[k][None], states[k][:-1]], 0) for states, _, _, _ in samples], 1))
+            for k in samples[0][0]}
+        targets = tf.stop_gradient(tf.tile(objective, [1, num]))
         replay = v.replay_weight > 0
         if replay:
             if reward is None:
@@ -313,7 +350,9 @@ class ValueModel(tf.Module):
         metrics = {"critic_loss": critic_loss, "actor_loss": actor_loss,
                    "value": tf.reduce_mean(targets), "value_finite": tf.cast(finite, tf.float32)}
         if v.novelty:
-            metrics["novelty"] = tf.reduce_mean(bonus)
+            metrics["novelty"] = tf.reduce_mean(tf.stack([b for _, _, _, b in samples]))
+        if num > 1:  # How much the weight samples' returns disagree.
+            metrics["return_std"] = tf.reduce_mean(tf.math.reduce_std(tf.stack(returns), 0))
         if replay:
             metrics["replay_value"] = tf.reduce_mean(replay_targets)
         return metrics

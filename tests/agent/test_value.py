@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from bayes_planet.agent import config as config_lib
-from bayes_planet.agent.value import lambda_returns
+from bayes_planet.agent.value import lambda_returns, sample_objective
 from bayes_planet.planners import cross_entropy_method
 from tests.agent.conftest import checkpoint_tensors, latest_checkpoint, metrics_rows, train_debug
 
@@ -580,3 +580,89 @@ def test_value_novelty_is_checked_and_older_configs_get_zero():
     del data["value"]["novelty"]
     assert config_lib.upgrade(data)["value"]["novelty"] == 0.0
     assert config_lib.load().value.novelty == 0.0  # off by default
+
+
+# -- averaged and pessimistic targets over weight samples (value.weight_samples, pessimism) ----
+def test_sample_objective_is_the_mean_minus_kappa_population_stds():
+    returns = np.random.default_rng(5).normal(size=(3, 4, 6)).astype(np.float32)
+    for kappa in (0.0, 0.5, 2.0):
+        got = sample_objective(tf.constant(returns), kappa).numpy()
+        want = returns.mean(0) - kappa * returns.std(0)  # numpy's std: ddof 0
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_value_weight_samples_average_the_returns_of_the_samples_rollouts():
+    """With K = 3 and κ = 1 the critic's targets are mean − std of the λ-returns of three
+    rollouts of the same starts under the update's three weight seeds (the first the update's
+    own: with K = 1 the update is exactly the one-sample update), every sample's states are
+    regressed onto them, and ``return_std`` is the samples' mean disagreement."""
+    batch = _batch(np.random.default_rng(6))
+    seed = tf.constant([3, 8])
+    one_config, world_model, value_model = _models(["value.imagine_horizon=4"])
+    post = _posterior(world_model, batch)
+    start = value_model.start_states(post)
+    v = one_config.value
+    returns = []
+    for s in value_model.weight_seeds(seed, 3):
+        states, _, _ = value_model.rollout(start, 4, s)
+        values = value_model.value(states, target=True)
+        returns.append(lambda_returns(world_model.predict_reward(states), values,
+                                      v.discount, v.td_lambda).numpy())
+    returns = np.stack(returns)  # [K, H, N]
+    assert np.abs(returns[1] - returns[0]).max() > 1e-4  # Distinct weight samples.
+    first = value_model.train_step(post, seed)
+    np.testing.assert_allclose(first["value"], returns[0].mean(), rtol=1e-5)
+    assert "return_std" not in first
+
+    _, world_model3, value_model3 = _models(["value.imagine_horizon=4",
+                                             "value.weight_samples=3", "value.pessimism=1"])
+    metrics = value_model3.train_step(_posterior(world_model3, batch), seed)
+    np.testing.assert_allclose(metrics["value"], (returns.mean(0) - returns.std(0)).mean(),
+                               rtol=1e-5)
+    np.testing.assert_allclose(metrics["return_std"], returns.std(0).mean(), rtol=1e-5)
+    assert metrics["value_finite"] == 1.0
+
+    # The critic's loss: every sample's s_0..s_{H-1} against its start's common target.
+    _, world_model_c, value_model_c = _models(["value.imagine_horizon=4",
+                                               "value.weight_samples=3", "value.pessimism=1"])
+    post_c = _posterior(world_model_c, batch)
+    start_c = value_model_c.start_states(post_c)
+    target = returns.mean(0) - returns.std(0)
+    errors = []
+    for s in value_model_c.weight_seeds(seed, 3):
+        states, _, _ = value_model_c.rollout(start_c, 4, s)
+        inputs = {k: tf.concat([start_c[k][None], x[:-1]], 0) for k, x in states.items()}
+        errors.append(value_model_c.value(inputs).numpy() - target)
+    critic_loss = 0.5 * np.mean(np.square(np.stack(errors)))
+    metrics_c = value_model_c.train_step(post_c, seed)
+    np.testing.assert_allclose(metrics_c["critic_loss"], critic_loss, rtol=1e-4)
+
+
+def test_value_weight_samples_and_pessimism_are_checked_and_older_configs_get_one():
+    def check(sets):
+        return config_lib.validate(config_lib.load(["debug", "value"], sets))
+
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected a positive integer\. Received: value.weight_samples=0$"):
+        check(["value.weight_samples=0"])
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected a non-negative number\. Received: value.pessimism=-1\.0$"):
+        check(["value.weight_samples=2", "value.pessimism=-1"])
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"here value.weight_samples=1\)\. Received: value.pessimism=0\.5$"):
+        check(["value.pessimism=0.5"])
+    for estimator in ("deterministic", "batch_ensemble"):
+        with pytest.raises(config_lib.ConfigError,
+                           match=rf"here model.estimator='{estimator}'\)\. Received: "
+                                 r"value.weight_samples=2$"):
+            check([f"model.estimator={estimator}", "value.weight_samples=2"])
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"^Expected 1 unless value.enabled .*Received: value.weight_samples=2$"):
+        config_lib.validate(config_lib.load(["debug"], ["value.enabled=false",
+                                                        "value.weight_samples=2"]))
+    check(["model.estimator=rank1", "value.weight_samples=2", "value.pessimism=1"])
+    data = config_lib.load(["debug", "value"]).to_dict()
+    del data["value"]["weight_samples"], data["value"]["pessimism"]
+    upgraded = config_lib.upgrade(data)["value"]
+    assert (upgraded["weight_samples"], upgraded["pessimism"]) == (1, 0.0)
+    assert (config_lib.load().value.weight_samples, config_lib.load().value.pessimism) == (1, 0.0)
