@@ -105,6 +105,7 @@ from bayes_planet.layers.kernels import (
     Matern52,
     ZeroMean,
 )
+from bayes_planet.layers.laplace_covariance import LaplaceRandomFeatureCovariance
 from bayes_planet.layers.ncp import NCPCategoricalPerturb, NCPNormalOutput, NCPNormalPerturb
 from bayes_planet.layers.outputs import (
     Bernoulli,
@@ -236,6 +237,7 @@ __all__ = [
     "PositionEmbedding",
     "Positive",
     "RandomFeatureGaussianProcess",
+    "LaplaceRandomFeatureCovariance",
     "RandomFourierFeatures",
     "RandomSign",
     "RandomVariable",

@@ -38,7 +38,13 @@ from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, kernels
 from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
-from bayes_planet.layers.noise import multi_replica_context
+from bayes_planet.layers.laplace_covariance import (
+    add_laplace_weights,
+    cached_covariance,
+    check_likelihood,
+    check_momentum,
+    update_precision,
+)
 from bayes_planet.layers.random_features import (
     add_fourier_weights,
     fourier_features,
@@ -55,11 +61,12 @@ __all__ = [
 ]
 
 
+#: ``covariance_fn`` of a `RandomFeatureGaussianProcess` whose features are its inputs.
+LINEAR = "linear"
+
 #: λ = π/8: ``E[sigmoid(f)] ≈ sigmoid(μ / sqrt(1 + λ σ²))`` for ``f ~ N(μ, σ²)`` (the probit
 #: approximation, MacKay 1992), SNGP's mean-field adjustment of the logits.
 MEAN_FIELD_FACTOR = math.pi / 8
-
-_LIKELIHOODS = ("gaussian", "binary_logistic", "poisson")
 
 
 def _non_negative(name, value, positive=False):
@@ -124,7 +131,10 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
     Args:
       units: the number of outputs (logits).
       num_inducing: the number of random features D.
-      covariance_fn: a stationary kernel (`kernels` layer or alias) of the features;
+      covariance_fn: a stationary kernel (`kernels` layer or alias) of the features, or
+        ``'linear'``: the features are the (normalized) inputs themselves, ``φ(x) = x``
+        (``num_inducing`` and ``scale_random_features`` then do not apply; the layer is a
+        Bayesian linear output layer with a Laplace posterior, edward2's linear kernel);
         default `kernels.ExponentiatedQuadratic` with unit amplitude and length scale,
         trained with the output layer as in `RandomFourierFeatures` (edward2 keeps them
         fixed: pass a kernel with ``trainable=False``; note that Keras' recursive
@@ -141,6 +151,7 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
       l2_regularization: L2 penalty on the output weights ``β`` (0: none).
       mean_field_factor: None (MAP logits) or λ ≥ 0 for mean-field logits at inference.
       return_gp_cov: also return the predictive covariance.
+      return_random_features: also return the features ``φ(x)`` ``[batch, D]`` (last).
       seed: int seed of the random features.
 
     Input shape: ``[batch, d]``. Output shape: ``[batch, units]`` (and ``[batch, batch]``).
@@ -149,26 +160,18 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
     def __init__(self, units, num_inducing=1024, *, covariance_fn=None, normalize_input=False,
                  scale_random_features=True, gp_cov_momentum=None, gp_cov_ridge_penalty=1.0,
                  gp_cov_likelihood="gaussian", l2_regularization=0.0, mean_field_factor=None,
-                 return_gp_cov=False, seed=None, **kwargs):
+                 return_gp_cov=False, return_random_features=False, seed=None, **kwargs):
         super().__init__(**kernels.full_precision(kwargs))
         self.units = check_positive_int("units", units)
         self.num_inducing = check_positive_int("num_inducing", num_inducing)
-        self.covariance_fn = kernels.get(
+        self.linear = isinstance(covariance_fn, str) and covariance_fn == LINEAR
+        self.covariance_fn = None if self.linear else kernels.get(
             "exponentiated_quadratic" if covariance_fn is None else covariance_fn,
             dtype=self.dtype)
-        sample_frequencies(self.covariance_fn, 1, 1, np.random.default_rng(0))  # Validates.
-        if gp_cov_likelihood not in _LIKELIHOODS:
-            raise ValueError(f"Expected one of {_LIKELIHOODS}. "
-                             f"Received: gp_cov_likelihood={gp_cov_likelihood!r}")
-        if gp_cov_likelihood != "gaussian" and self.units != 1:
-            raise ValueError(f"Expected units=1 for gp_cov_likelihood={gp_cov_likelihood!r}. "
-                             f"Received: units={units}")
-        if gp_cov_momentum is not None and not (
-                isinstance(gp_cov_momentum, numbers.Real) and not isinstance(gp_cov_momentum, bool)
-                and 0.0 < gp_cov_momentum < 1.0):
-            raise ValueError("Expected None or a number in (0, 1). "
-                             f"Received: gp_cov_momentum={gp_cov_momentum!r}")
-        self.gp_cov_momentum = None if gp_cov_momentum is None else float(gp_cov_momentum)
+        if not self.linear:  # Validates the kernel.
+            sample_frequencies(self.covariance_fn, 1, 1, np.random.default_rng(0))
+        check_likelihood("gp_cov_likelihood", gp_cov_likelihood, units=self.units)
+        self.gp_cov_momentum = check_momentum("gp_cov_momentum", gp_cov_momentum)
         self.gp_cov_ridge_penalty = _non_negative("gp_cov_ridge_penalty", gp_cov_ridge_penalty,
                                                   positive=True)
         self.gp_cov_likelihood = gp_cov_likelihood
@@ -178,6 +181,7 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
         self.normalize_input = bool(normalize_input)
         self.scale_random_features = bool(scale_random_features)
         self.return_gp_cov = bool(return_gp_cov)
+        self.return_random_features = bool(return_random_features)
         BayesianLayer._init_seed(self, seed)  # Seed validation + base seed.
         self.input_normalization = (
             keras.layers.LayerNormalization(dtype=self.dtype_policy, name="input_normalization")
@@ -192,25 +196,17 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
         if input_shape.rank != 2 or input_shape[-1] is None:
             raise ValueError("Expected inputs of shape [batch, d] with a defined d. "
                              f"Received: input_shape={input_shape}")
-        dim, features = int(input_shape[-1]), self.num_inducing
+        dim = int(input_shape[-1])
+        features = dim if self.linear else self.num_inducing
         self.input_spec = keras.layers.InputSpec(ndim=2, axes={-1: dim})
         if self.input_normalization is not None:
             self.input_normalization.build(input_shape)
-        self.frequencies, self.phases = add_fourier_weights(
-            self, self.covariance_fn, dim, features, np.random.default_rng(self._base_seed))
+        if not self.linear:
+            self.frequencies, self.phases = add_fourier_weights(
+                self, self.covariance_fn, dim, features, np.random.default_rng(self._base_seed))
         self.output_layer.build(tf.TensorShape([None, features]))
-        first = _compat.ONLY_FIRST_REPLICA  # Replicas agree (all-reduced).
-        self.precision_matrix = self.add_weight(
-            name="precision_matrix", shape=[features, features], initializer="zeros",
-            trainable=False, **first)
-        self.covariance_matrix = self.add_weight(
-            name="covariance_matrix", shape=[features, features], trainable=False,
-            initializer=keras.initializers.Identity(1.0 / self.gp_cov_ridge_penalty),
-            **first)
-        # Whether the precision changed since the covariance was computed.
-        self.covariance_is_stale = self.add_weight(
-            name="covariance_is_stale", shape=[], dtype="bool", initializer="zeros",
-            trainable=False, **first)
+        self.precision_matrix, self.covariance_matrix, self.covariance_is_stale = (
+            add_laplace_weights(self, features, self.gp_cov_ridge_penalty))
         super().build(input_shape)
 
     def features(self, inputs):
@@ -220,11 +216,20 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
             _compat.build(self, x.shape)
         if self.input_normalization is not None:
             x = self.input_normalization(x)
+        if self.linear:
+            return x
         return fourier_features(x, self.covariance_fn, self.frequencies, self.phases,
                                 scale=self.scale_random_features)
 
     def call(self, inputs, training=None):
         phi = self.features(inputs)
+        outputs = self._outputs(phi, training)
+        if not self.return_random_features:
+            return outputs
+        return (*outputs, phi) if isinstance(outputs, tuple) else (outputs, phi)
+
+    def _outputs(self, phi, training):
+        """The logits, and with ``return_gp_cov`` the predictive covariance, of features."""
         logits = self.output_layer(phi)
         if training:
             self._update_precision(phi, logits)
@@ -244,26 +249,8 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
         return (logits, covariance) if self.return_gp_cov else logits
 
     def _update_precision(self, phi, logits):
-        phi, logits = tf.stop_gradient(phi), tf.stop_gradient(logits)
-        if self.gp_cov_likelihood == "binary_logistic":
-            prob = tf.sigmoid(logits)
-            phi = phi * tf.sqrt(prob * (1.0 - prob))
-        elif self.gp_cov_likelihood == "poisson":
-            phi = phi * tf.exp(0.5 * logits)
-        batch_precision = tf.matmul(phi, phi, transpose_a=True)
-        batch = tf.cast(tf.shape(phi)[0], phi.dtype)
-        ctx = multi_replica_context()
-        if ctx is not None:  # The global batch's term, the same on every replica.
-            batch_precision, batch = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                                    [batch_precision, batch])
-        precision = tf.convert_to_tensor(self.precision_matrix)
-        if self.gp_cov_momentum is None:
-            updated = precision + batch_precision
-        else:
-            m = self.gp_cov_momentum
-            updated = m * precision + (1.0 - m) * batch_precision / batch
-        self.precision_matrix.assign(updated)
-        self.covariance_is_stale.assign(True)
+        update_precision(self.precision_matrix, self.covariance_is_stale, phi, logits,
+                         likelihood=self.gp_cov_likelihood, momentum=self.gp_cov_momentum)
 
     def covariance(self):
         """Σ = (ridge · I + P)⁻¹, the ``[D, D]`` Laplace posterior covariance of ``β``.
@@ -273,17 +260,8 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
         """
         if not self.built:
             raise ValueError("Expected a built layer: call it on an input first.")
-
-        def refresh():
-            eye = tf.eye(self.num_inducing, dtype=self.precision_matrix.dtype)
-            chol = tf.linalg.cholesky(self.gp_cov_ridge_penalty * eye + self.precision_matrix)
-            value = tf.linalg.cholesky_solve(chol, eye)
-            with tf.control_dependencies([self.covariance_matrix.assign(value),
-                                          self.covariance_is_stale.assign(False)]):
-                return tf.identity(value)
-
-        return tf.cond(tf.convert_to_tensor(self.covariance_is_stale), refresh,
-                       lambda: tf.convert_to_tensor(self.covariance_matrix))
+        return cached_covariance(self.precision_matrix, self.covariance_matrix,
+                                 self.covariance_is_stale, self.gp_cov_ridge_penalty)
 
     def reset_covariance_matrix(self):
         """Resets the precision to the prior's (``P = ridge · I``), e.g. at an epoch start."""
@@ -291,16 +269,20 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
         self.covariance_is_stale.assign(True)
 
     def compute_output_shape(self, input_shape):
-        logits = tf.TensorShape(input_shape)[:-1].concatenate([self.units])
+        input_shape = tf.TensorShape(input_shape)
+        shapes = [input_shape[:-1].concatenate([self.units])]
         if self.return_gp_cov:
-            return logits, tf.TensorShape([input_shape[0], input_shape[0]])
-        return logits
+            shapes.append(tf.TensorShape([input_shape[0], input_shape[0]]))
+        if self.return_random_features:
+            features = input_shape[-1] if self.linear else self.num_inducing
+            shapes.append(input_shape[:-1].concatenate([features]))
+        return shapes[0] if len(shapes) == 1 else tuple(shapes)
 
     def get_config(self):
         config = super().get_config()
         config.update(
             units=self.units, num_inducing=self.num_inducing,
-            covariance_fn=kernels.serialize(self.covariance_fn),
+            covariance_fn=LINEAR if self.linear else kernels.serialize(self.covariance_fn),
             normalize_input=self.normalize_input,
             scale_random_features=self.scale_random_features,
             gp_cov_momentum=self.gp_cov_momentum,
@@ -309,6 +291,7 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
             l2_regularization=self.l2_regularization,
             mean_field_factor=self.mean_field_factor,
             return_gp_cov=self.return_gp_cov,
+            return_random_features=self.return_random_features,
             seed=self.seed,
         )
         return config

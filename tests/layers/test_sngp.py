@@ -189,7 +189,7 @@ def test_gp_bad_input_is_one_line():
                                               r"Received: gp_cov_ridge_penalty=0$"),
         (lambda: _gp(l2_regularization=-1e-3), r"Received: l2_regularization=-0\.001$"),
         (lambda: _gp(mean_field_factor=float("nan")), r"Received: mean_field_factor=nan$"),
-        (lambda: _gp(covariance_fn="linear"), r"Received: covariance_fn=Linear$"),
+        (lambda: _gp(covariance_fn=bl.Linear()), r"Received: covariance_fn=Linear$"),
         (lambda: _gp(seed=-3), r"Received: seed=-3$"),
         (lambda: _gp()(normal_array(2, 3, 4)), r"^Expected inputs of shape \[batch, d\]"),
         (lambda: bl.mean_field_logits([1.0], [1.0], -1.0),

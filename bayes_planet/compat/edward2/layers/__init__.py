@@ -37,6 +37,10 @@ from bayes_planet.compat.edward2.layers.noise import (
     NCPNormalPerturb,
 )
 from bayes_planet.compat.edward2.layers.posterior_network import PosteriorNetworkLayer
+from bayes_planet.compat.edward2.layers.random_feature import (
+    LaplaceRandomFeatureCovariance,
+    RandomFeatureGaussianProcess,
+)
 
 __all__ = [
     "ActNorm",
@@ -76,6 +80,7 @@ __all__ = [
     "NCPCategoricalPerturb",
     "NCPNormalOutput",
     "NCPNormalPerturb",
+    "LaplaceRandomFeatureCovariance",
     "RandomFeatureGaussianProcess",
     "Reverse",
     "SinkhornAutoregressiveFlow",
@@ -93,7 +98,6 @@ GaussianProcess = _bl.GaussianProcess
 Reverse = _bl.Reverse
 SparseGaussianProcess = _bl.SparseGaussianProcess
 MixtureLogistic = _bl.MixtureLogistic
-RandomFeatureGaussianProcess = _bl.RandomFeatureGaussianProcess
 
 
 class _ResampledEveryCall:
@@ -432,7 +436,7 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 NOT_IMPLEMENTED = (
     "Attention", "BayesianLinearModel", "CondConv2D", "DepthwiseCondConv2D",
     "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
-    "HeteroscedasticSNGPLayer", "LaplaceRandomFeatureCovariance", "LinearKernel",
+    "HeteroscedasticSNGPLayer", "LinearKernel",
     "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
     "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA", "NeuralProcess", "Zeros",
 )
