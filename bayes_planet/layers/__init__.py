@@ -106,6 +106,7 @@ from bayes_planet.layers.kernels import (
     ZeroMean,
 )
 from bayes_planet.layers.laplace_covariance import LaplaceRandomFeatureCovariance
+from bayes_planet.layers.linear_model import BayesianLinearModel
 from bayes_planet.layers.ncp import NCPCategoricalPerturb, NCPNormalOutput, NCPNormalPerturb
 from bayes_planet.layers.outputs import (
     Bernoulli,
@@ -238,6 +239,7 @@ __all__ = [
     "Positive",
     "RandomFeatureGaussianProcess",
     "LaplaceRandomFeatureCovariance",
+    "BayesianLinearModel",
     "RandomFourierFeatures",
     "RandomSign",
     "RandomVariable",

@@ -127,7 +127,15 @@ def _weight_loss(name, regularizer, posterior):
 
 
 def add_weight_loss(layer, name, regularizer, posterior):
-    """Makes ``regularizer(posterior)`` (the weight ``name``'s KL) a loss of ``layer``."""
+    """Makes ``regularizer(posterior)`` (the weight ``name``'s KL) a loss of ``layer``.
+
+    A regularizer with variables of its own (a ``build_from(posterior)`` method, e.g.
+    `regularizers.TrainableNormalKLDivergenceStdDev`) creates them now, with the layer's
+    weights, not at the first loss computation inside a traced step.
+    """
+    build_from = getattr(regularizer, "build_from", None)
+    if build_from is not None:
+        build_from(posterior)
     if not KERAS3:
         layer.add_loss(functools.partial(_weight_loss, name, regularizer, posterior))
         return

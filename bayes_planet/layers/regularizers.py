@@ -51,6 +51,7 @@ __all__ = [
     "NormalKLDivergenceWithTiedMean",
     "Rank1NormalKLDivergence",
     "ScaleMixtureKLDivergence",
+    "TrainableNormalKLDivergenceStdDev",
     "UniformKLDivergence",
     "get",
     "serialize",
@@ -599,6 +600,84 @@ class UniformKLDivergence(KLRegularizer):
         return tf.reduce_sum(-_distribution(x).entropy())
 
 
+#: softplus⁻¹(1): the raw value of a unit prior stddev.
+_SOFTPLUS_INVERSE_ONE = math.log(math.expm1(1.0))
+
+
+@_register
+class TrainableNormalKLDivergenceStdDev(keras.layers.Layer):
+    """KL(q || N(mean, σ²)) with the prior's stddevs σ trainable: an empirical-Bayes prior.
+
+    A layer, not a stateless Keras regularizer, because it holds variables: one raw stddev
+    per entry of the weight it is first called on (``σ = softplus(raw)``, the
+    ``stddev_constraint``), trained with the model when it is a layer's regularizer (the
+    layer tracks it). The divergence is the closed form of a factorized normal posterior
+    against ``N(mean, σ²)`` per entry, summed, times ``scale_factor / dataset_size``
+    (`set_dataset_size` sets the latter).
+
+    Args:
+      mean: the prior's mean.
+      stddev_initializer: initializer of the raw stddevs (default: truncated normal around
+        softplus⁻¹(1) with stddev 0.1, a prior stddev near 1, as edward2's).
+      scale_factor: multiplies the divergence.
+      dataset_size: divides it (None: 1).
+    """
+
+    def __init__(self, mean=0.0, stddev_initializer=None, scale_factor=1.0, dataset_size=None,
+                 **kwargs):
+        super().__init__(**kwargs)
+        self.mean = float(mean)
+        self.stddev_initializer = keras.initializers.get(
+            stddev_initializer or keras.initializers.TruncatedNormal(
+                mean=_SOFTPLUS_INVERSE_ONE, stddev=0.1))
+        # The weighting and its checks are KLRegularizer's.
+        self.weighting = KLRegularizer(scale_factor, dataset_size)
+        self.raw_stddev = None
+
+    @property
+    def scale_factor(self):
+        return self.weighting.scale_factor
+
+    @property
+    def dataset_size(self):
+        return self.weighting.dataset_size
+
+    def stddev_constraint(self, raw):
+        """The prior stddevs of raw values: ``softplus(raw)``."""
+        return tf.nn.softplus(raw)
+
+    @property
+    def stddev(self):
+        """The prior stddevs, shaped as the weight."""
+        return self.stddev_constraint(self.raw_stddev)
+
+    def build_from(self, x):
+        """Creates the raw stddevs, shaped as the weight ``x`` (once)."""
+        if self.raw_stddev is None:
+            loc, _ = _moments(x)
+            self.raw_stddev = self.add_weight(name="stddev", shape=loc.shape,
+                                              initializer=self.stddev_initializer,
+                                              trainable=True, dtype=loc.dtype)
+
+    def __call__(self, x):
+        self.build_from(x)
+        loc, scale = _moments(x)
+        stddev = tf.cast(self.stddev_constraint(self.raw_stddev), loc.dtype)
+        if scale is None:
+            raise TypeError("Expected a normal posterior: the KL of a point mass is undefined.")
+        kl = (tf.math.log(stddev) - _log_scale(x, scale)
+              + (tf.square(scale) + tf.square(loc - self.mean)) / (2 * tf.square(stddev)) - 0.5)
+        divergence = tf.reduce_sum(kl)
+        return self.weighting.weight(divergence.dtype) * divergence
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mean=self.mean,
+                      stddev_initializer=keras.initializers.serialize(self.stddev_initializer),
+                      scale_factor=self.scale_factor, dataset_size=self.dataset_size)
+        return config
+
+
 _ALIASES = {
     "normal_kl_divergence": NormalKLDivergence,
     "normal_kl_divergence_with_tied_mean": NormalKLDivergenceWithTiedMean,
@@ -612,6 +691,7 @@ _ALIASES = {
     "cauchy_kl_divergence": CauchyKLDivergence,
     "half_cauchy_kl_divergence": HalfCauchyKLDivergence,
     "uniform_kl_divergence": UniformKLDivergence,
+    "trainable_normal_kl_divergence_stddev": TrainableNormalKLDivergenceStdDev,
 }
 
 

@@ -5,6 +5,7 @@ a `RandomVariable` or a `tfp` distribution as edward2's do); `get` adds edward2'
 ``''`` means no regularizer.
 """
 
+from bayes_planet.compat.edward2 import initializers
 from bayes_planet.compat.edward2._bridge import compat_get, register
 from bayes_planet.layers import regularizers as _lib
 from bayes_planet.layers.regularizers import (
@@ -25,6 +26,7 @@ __all__ = [
     "NormalEmpiricalBayesKLDivergence",
     "NormalKLDivergence",
     "NormalKLDivergenceWithTiedMean",
+    "TrainableNormalKLDivergenceStdDev",
     "UniformKLDivergence",
     "get",
     "serialize",
@@ -44,6 +46,32 @@ class NormalEmpiricalBayesKLDivergence(_lib.NormalEmpiricalBayesKLDivergence):
                          variance_scale=variance_scale)
 
 
+@register
+class TrainableNormalKLDivergenceStdDev(_lib.TrainableNormalKLDivergenceStdDev):
+    """edward2's ``TrainableNormalKLDivergenceStdDev(mean=0., stddev_initializer=...,
+    stddev_regularizer=None, stddev_constraint='softplus', scale_factor=1., seed=None)``:
+    the library's, whose ``stddev`` is edward2's unconstrained variable (the prior's stddevs
+    are ``stddev_constraint(stddev)``). A regularizer on the stddevs and other constraints
+    are not implemented (one-line errors); ``seed`` changes nothing (the initializer's own
+    seed applies)."""
+
+    def __init__(self, mean=0.0, stddev_initializer=None, stddev_regularizer=None,
+                 stddev_constraint="softplus", scale_factor=1.0, seed=None, **kwargs):
+        del seed
+        for name, value, allowed in (("stddev_regularizer", stddev_regularizer, None),
+                                     ("stddev_constraint", stddev_constraint, "softplus")):
+            if value != allowed:
+                raise ValueError("TrainableNormalKLDivergenceStdDev: bayes_planet implements "
+                                 f"{name}={allowed!r} only. Received: {name}={value!r}")
+        if stddev_initializer is not None:
+            stddev_initializer = initializers.get(stddev_initializer)
+        super().__init__(mean, stddev_initializer, scale_factor, **kwargs)
+
+    @property
+    def stddev(self):
+        return self.raw_stddev
+
+
 #: edward2's aliases; the classes' own names resolve too.
 _ALIASES = {
     "normal_kl_divergence": NormalKLDivergence,
@@ -54,6 +82,7 @@ _ALIASES = {
     "cauchy_kl_divergence": CauchyKLDivergence,
     "half_cauchy_kl_divergence": HalfCauchyKLDivergence,
     "uniform_kl_divergence": UniformKLDivergence,
+    "trainable_normal_kl_divergence_stddev": TrainableNormalKLDivergenceStdDev,
 }
 
 

@@ -44,6 +44,7 @@ from bayes_planet.compat.edward2.layers.random_feature import (
 
 __all__ = [
     "ActNorm",
+    "BayesianLinearModel",
     "CondDense",
     "Conv1DBatchEnsemble",
     "Conv1DFlipout",
@@ -95,6 +96,7 @@ ExponentiatedQuadratic = gaussian_process.ExponentiatedQuadratic
 # Same arguments and defaults as edward2's.
 ActNorm = _bl.ActNorm
 GaussianProcess = _bl.GaussianProcess
+BayesianLinearModel = _bl.BayesianLinearModel
 Reverse = _bl.Reverse
 SparseGaussianProcess = _bl.SparseGaussianProcess
 MixtureLogistic = _bl.MixtureLogistic
@@ -434,7 +436,7 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 # edward2 layers the library does not implement -------------------------------------------
 
 NOT_IMPLEMENTED = (
-    "Attention", "BayesianLinearModel", "CondConv2D", "DepthwiseCondConv2D",
+    "Attention", "CondConv2D", "DepthwiseCondConv2D",
     "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
     "HeteroscedasticSNGPLayer", "LinearKernel",
     "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
