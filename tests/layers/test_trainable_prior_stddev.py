@@ -40,7 +40,7 @@ def test_the_prior_stddevs_train_with_the_layer_toward_the_posteriors():
             layer(x)
             loss = tf.add_n(layer.losses)
         grad = tape.gradient(loss, [reg.raw_stddev])
-        optimizer.apply_gradients(zip(grad, [reg.raw_stddev]))
+        optimizer.apply_gradients(zip(grad, [reg.raw_stddev], strict=True))
     loc, scale = layer.kernel.moments()
     want = np.sqrt(scale.numpy() ** 2 + loc.numpy() ** 2)
     np.testing.assert_allclose(reg.stddev.numpy(), want, rtol=0.02)
