@@ -38,6 +38,7 @@ import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, kernels
+from bayes_planet.layers._registry import PACKAGE
 from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer
 from bayes_planet.layers.checks import (
@@ -186,7 +187,9 @@ class MCHeteroscedasticOutput(BayesianLayer, keras.layers.Layer):
     that fixes this call's noise (draws from ``[seed, 0]``). Returns ``logits`` with
     ``logits_only``, else ``(logits, log_probs, probs, pred_variance)``; with
     ``return_unaveraged_logits``, ``(logits, sample_logits)`` or ``(logits, sample_logits,
-    log_probs, probs, pred_variance)``.
+    log_probs, probs, pred_variance)``. (``pred_variance`` is None unless
+    ``compute_pred_variance``: a Keras 3 functional model takes no None output, so build
+    one with ``logits_only`` or ``compute_pred_variance``.)
     """
 
     def __init__(self, num_classes, logit_noise="normal", temperature=1.0,
@@ -308,6 +311,18 @@ class MCHeteroscedasticOutput(BayesianLayer, keras.layers.Layer):
         if self.logits_only:
             return logits
         return logits, log_probs, probs, pred_variance
+
+    def compute_output_shape(self, input_shape):
+        shape = tf.TensorShape(input_shape)[:-1].concatenate([self.width])
+        variance = shape if self.compute_pred_variance else None
+        if self.return_unaveraged_logits:
+            samples = shape[:1].concatenate([None]).concatenate(shape[1:])
+            if self.logits_only:
+                return shape, samples
+            return shape, samples, shape, shape, variance
+        if self.logits_only:
+            return shape
+        return shape, shape, shape, variance
 
     def get_config(self):
         config = super().get_config()
@@ -659,11 +674,33 @@ class ExactSigmoidDense(keras.layers.Layer):
             return logits
         return logits, log_probs, probs
 
+    def compute_output_shape(self, input_shape):
+        shape = tf.TensorShape(input_shape)[:-1].concatenate([self.num_outputs])
+        return shape if self.logits_only else (shape, shape, shape)
+
     def get_config(self):
         config = super().get_config()
         config.update(num_outputs=self.num_outputs, logit_noise=self.logit_noise,
                       min_scale=self.min_scale, logits_only=self.logits_only)
         return config
+
+
+def _member(config):
+    """A member layer from its serialized config (an HDF5 file's too), or the layer itself."""
+    if not isinstance(config, dict):
+        return config
+    cls = keras.saving.get_registered_object(
+        config.get("registered_name") or f"{PACKAGE}>{config.get('class_name')}")
+    if cls is None:  # Keras' own layers.
+        return keras.saving.deserialize_keras_object(config)
+    return cls.from_config(config["config"])
+
+
+def _member_config(layer):
+    """A member's serialized config, without its build state (rebuilt by the ensemble)."""
+    config = keras.saving.serialize_keras_object(layer)
+    config.pop("build_config", None)
+    return config
 
 
 @_register
@@ -694,8 +731,7 @@ class EnsembleHeteroscedasticOutputs(keras.layers.Layer):
                  eps=1e-7, **kwargs):
         super().__init__(**kwargs)
         self.num_classes = check_positive_int("num_classes", num_classes)
-        members = [keras.saving.deserialize_keras_object(m) if isinstance(m, dict) else m
-                   for m in layers]
+        members = [_member(m) for m in layers]
         if not members or not all(isinstance(m, keras.layers.Layer) for m in members):
             raise ValueError(f"Expected a non-empty list of layers. Received: layers={layers!r}")
         weights = [float(w) for w in ensemble_weighting]
@@ -709,8 +745,8 @@ class EnsembleHeteroscedasticOutputs(keras.layers.Layer):
         self.eps = _check_eps(eps)
 
     def build(self, input_shape):
-        for member in self.members:
-            _compat.build(member, input_shape)
+        for member in self.members:  # Weights named under each member's name (HDF5).
+            _compat.build_sublayer(member, input_shape)
         super().build(input_shape)
 
     def _mixture_logits(self, probs, log_probs):
@@ -737,10 +773,14 @@ class EnsembleHeteroscedasticOutputs(keras.layers.Layer):
             logits = self._mixture_logits(probs, log_probs)
         return logits, log_probs, probs
 
+    def compute_output_shape(self, input_shape):
+        shape = tf.nest.flatten(self.members[0].compute_output_shape(input_shape))[0]
+        return shape, shape, shape
+
     def get_config(self):
         config = super().get_config()
         config.update(num_classes=self.num_classes,
-                      layers=[keras.saving.serialize_keras_object(m) for m in self.members],
+                      layers=[_member_config(m) for m in self.members],
                       ensemble_weighting=list(self.ensemble_weighting),
                       averaging=self.averaging, eps=self.eps)
         return config

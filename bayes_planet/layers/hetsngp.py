@@ -13,7 +13,7 @@ diagonal scale also carries the GP's predictive variance ``v(x) = φ(x)ᵀ Σ φ
 
 import tensorflow as tf
 
-from bayes_planet.layers import kernels
+from bayes_planet.layers import _compat, kernels
 from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.checks import check_positive_number
 from bayes_planet.layers.heteroscedastic import DEFAULT_MC_SAMPLES, MCSoftmaxDenseFA
@@ -111,8 +111,13 @@ class HeteroscedasticSNGPLayer(MCSoftmaxDenseFA):
                            + self.sngp_var_weight * variance)
         return tf.reshape(locs, tf.concat([tf.shape(inputs)[:-1], [self.num_classes]], 0)), diag
 
+    def build(self, input_shape):
+        dim = tf.TensorShape(input_shape)[-1]
+        _compat.build_sublayer(self.loc_layer, tf.TensorShape([None, dim]))  # Rank 2 always.
+        super().build(input_shape)
+
     def _sublayers(self, dim):
-        return super()._sublayers(dim)[1:]  # The GP builds itself, at its first call.
+        return super()._sublayers(dim)[1:]  # Not the GP (built above).
 
     def reset_covariance_matrix(self):
         """Resets the GP's precision to the prior's (e.g. at an epoch's start)."""
