@@ -79,11 +79,12 @@ class HeteroscedasticSNGPLayer(MCSoftmaxDenseFA):
                  temperature_upper_bound=None, seed=None, **kwargs):
         self.sngp_var_weight = _non_negative("sngp_var_weight", sngp_var_weight)
         self.het_var_weight = _non_negative("het_var_weight", het_var_weight)
-        self._gp_arguments = dict(
+        # Untracked: Keras 2 would wrap (and so change) a config's nested kernel dict.
+        _compat.set_untracked(self, "_gp_arguments", dict(
             num_inducing=num_inducing, covariance_fn=covariance_fn,
             normalize_input=normalize_input, scale_random_features=scale_random_features,
             gp_cov_momentum=gp_cov_momentum, gp_cov_ridge_penalty=gp_cov_ridge_penalty,
-            gp_cov_likelihood=gp_cov_likelihood, l2_regularization=l2_regularization)
+            gp_cov_likelihood=gp_cov_likelihood, l2_regularization=l2_regularization))
         super().__init__(
             num_classes, num_factors, temperature, parameter_efficient, train_mc_samples,
             test_mc_samples, compute_pred_variance, share_samples_across_batch, logits_only,
