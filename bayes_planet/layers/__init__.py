@@ -80,6 +80,15 @@ from bayes_planet.layers.gaussian_process import (
     TrainableMultivariateNormal,
     WhitenedKLDivergence,
 )
+from bayes_planet.layers.heteroscedastic import (
+    EnsembleHeteroscedasticOutputs,
+    ExactSigmoidDense,
+    MCSigmoidDenseFA,
+    MCSoftmaxDense,
+    MCSoftmaxDenseFA,
+    MCSoftmaxDenseFASegmentation,
+)
+from bayes_planet.layers.hetsngp import HeteroscedasticSNGPLayer
 from bayes_planet.layers.hierarchical import Conv2DHierarchical, DenseHierarchical
 from bayes_planet.layers.initializers import (
     DistributionInitializer,
@@ -199,6 +208,13 @@ __all__ = [
     "ExponentiatedQuadratic",
     "FixedNormal",
     "GPCovarianceReset",
+    "EnsembleHeteroscedasticOutputs",
+    "ExactSigmoidDense",
+    "HeteroscedasticSNGPLayer",
+    "MCSigmoidDenseFA",
+    "MCSoftmaxDense",
+    "MCSoftmaxDenseFA",
+    "MCSoftmaxDenseFASegmentation",
     "GRUCellFlipout",
     "GRUCellRank1",
     "GRUCellReparameterization",

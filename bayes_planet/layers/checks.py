@@ -1,8 +1,10 @@
 """Argument checks shared by the layers, initializers and regularizers (one-line errors)."""
 
+import math
 import numbers
 
-__all__ = ["check_positive_int", "check_positive_int_pair"]
+__all__ = ["check_non_negative_int", "check_positive_int", "check_positive_int_pair",
+           "check_positive_number"]
 
 
 def check_positive_int(name, value):
@@ -21,3 +23,18 @@ def check_positive_int_pair(name, value):
         raise ValueError(f"Expected a positive integer or a pair of them. Received: "
                          f"{name}={value!r}")
     return tuple(int(v) for v in values)
+
+
+def check_non_negative_int(name, value):
+    """Returns ``int(value)``; raises ValueError unless it is an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+        raise ValueError(f"Expected a non-negative integer. Received: {name}={value!r}")
+    return int(value)
+
+
+def check_positive_number(name, value):
+    """Returns ``float(value)``; raises ValueError unless it is a finite number > 0."""
+    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
+            or not math.isfinite(value) or value <= 0):
+        raise ValueError(f"Expected a positive number. Received: {name}={value!r}")
+    return float(value)

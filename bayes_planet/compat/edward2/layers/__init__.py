@@ -15,7 +15,7 @@ import bayes_planet.layers as _bl
 from bayes_planet._keras import keras
 from bayes_planet.compat.edward2._bridge import register, signature
 from bayes_planet.compat.edward2.initializers import TrainableDeterministic
-from bayes_planet.compat.edward2.layers import gaussian_process, utils
+from bayes_planet.compat.edward2.layers import gaussian_process, heteroscedastic, utils
 from bayes_planet.compat.edward2.layers._arguments import Edward2Arguments
 from bayes_planet.compat.edward2.layers.dense_extras import CondDense, DenseMultihead
 from bayes_planet.compat.edward2.layers.depthwise import DepthwiseConv2DBatchEnsemble
@@ -25,6 +25,15 @@ from bayes_planet.compat.edward2.layers.discrete_flows import (
     SinkhornAutoregressiveFlow,
 )
 from bayes_planet.compat.edward2.layers.embeddings import EmbeddingReparameterization
+from bayes_planet.compat.edward2.layers.heteroscedastic import (
+    EnsembleHeteroscedasticOutputs,
+    ExactSigmoidDense,
+    HeteroscedasticSNGPLayer,
+    MCSigmoidDenseFA,
+    MCSoftmaxDense,
+    MCSoftmaxDenseFA,
+    MCSoftmaxDenseFASegmentation,
+)
 from bayes_planet.compat.edward2.layers.hierarchical import Conv2DHierarchical, DenseHierarchical
 from bayes_planet.compat.edward2.layers.hyper_batch_ensemble import (
     Conv2DHyperBatchEnsemble,
@@ -70,12 +79,19 @@ __all__ = [
     "DiscreteAutoregressiveFlow",
     "DiscreteBipartiteFlow",
     "EmbeddingReparameterization",
+    "EnsembleHeteroscedasticOutputs",
+    "ExactSigmoidDense",
     "ExponentiatedQuadratic",
     "GaussianProcess",
+    "HeteroscedasticSNGPLayer",
     "LSTMCellFlipout",
     "LSTMCellRank1",
     "LSTMCellReparameterization",
     "MADE",
+    "MCSigmoidDenseFA",
+    "MCSoftmaxDense",
+    "MCSoftmaxDenseFA",
+    "MCSoftmaxDenseFASegmentation",
     "MixtureLogistic",
     "PosteriorNetworkLayer",
     "NCPCategoricalPerturb",
@@ -89,6 +105,7 @@ __all__ = [
     "SpectralNormalization",
     "SpectralNormalizationConv2D",
     "gaussian_process",
+    "heteroscedastic",
     "utils",
 ]
 
@@ -437,10 +454,8 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 
 NOT_IMPLEMENTED = (
     "Attention", "CondConv2D", "DepthwiseCondConv2D",
-    "EnsembleHeteroscedasticOutputs", "EnsembleSyncBatchNorm", "ExactSigmoidDense",
-    "HeteroscedasticSNGPLayer", "LinearKernel",
-    "MCSigmoidDenseFA", "MCSoftmaxDense", "MCSoftmaxDenseFA", "MCSoftmaxDenseFACustomLayers",
-    "MCSoftmaxDenseFASegmentation", "MultiHeadMCSoftmaxDenseFA", "NeuralProcess", "Zeros",
+    "EnsembleSyncBatchNorm", "LinearKernel",
+    "MCSoftmaxDenseFACustomLayers", "MultiHeadMCSoftmaxDenseFA", "NeuralProcess", "Zeros",
 )
 
 
