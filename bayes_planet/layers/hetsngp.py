@@ -17,7 +17,7 @@ from bayes_planet.layers import _compat, kernels
 from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.checks import check_positive_number
 from bayes_planet.layers.heteroscedastic import DEFAULT_MC_SAMPLES, MCSoftmaxDenseFA
-from bayes_planet.layers.sngp import RandomFeatureGaussianProcess
+from bayes_planet.layers.sngp import LINEAR, RandomFeatureGaussianProcess
 
 __all__ = ["HeteroscedasticSNGPLayer"]
 
@@ -49,7 +49,8 @@ class HeteroscedasticSNGPLayer(MCSoftmaxDenseFA):
       kernel_regularizer: regularizer of the noise's dense layers' kernels.
       bias_regularizer: regularizer of the noise's dense layers' biases.
       num_inducing: the GP's number of random features.
-      covariance_fn: the GP's stationary kernel (None: unit exponentiated quadratic).
+      covariance_fn: the GP's stationary kernel (None: unit exponentiated quadratic), or
+        ``'linear'`` (the GP's features are its inputs; `RandomFeatureGaussianProcess`).
       normalize_input: the GP normalizes its inputs first.
       scale_random_features: the GP's features carry the ``sqrt(2 / D)`` factor.
       gp_cov_momentum: None (the exact sum of the batches) or a moving average's momentum.
@@ -128,5 +129,6 @@ class HeteroscedasticSNGPLayer(MCSoftmaxDenseFA):
         config = super().get_config()
         config.update(self._gp_arguments, sngp_var_weight=self.sngp_var_weight,
                       het_var_weight=self.het_var_weight)
-        config["covariance_fn"] = kernels.serialize(self.loc_layer.covariance_fn)
+        config["covariance_fn"] = (LINEAR if self.loc_layer.linear
+                                   else kernels.serialize(self.loc_layer.covariance_fn))
         return config

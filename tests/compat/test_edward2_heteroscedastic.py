@@ -43,8 +43,12 @@ def test_gp_arguments_become_the_library_kernel():
     kernel = layer.gp_layer.covariance_fn
     assert float(np.asarray(kernel.length_scale)) == pytest.approx(math.sqrt(4.0))
     assert not kernel.trainable and layer.gp_layer.gp_cov_momentum == 0.9
-    with pytest.raises(ValueError, match="gp_kernel_type='gaussian' only"):
-        ed.layers.HeteroscedasticSNGPLayer(3, 2, gp_kernel_type="linear")
+    linear = ed.layers.HeteroscedasticSNGPLayer(3, 2, gp_kernel_type="linear")
+    assert linear.gp_layer.linear  # The GP's features are its inputs.
+    again = type(linear).from_config(linear.get_config())
+    assert again.gp_layer.linear
+    with pytest.raises(ValueError, match=r"Received: gp_kernel_type='laplacian'$"):
+        ed.layers.HeteroscedasticSNGPLayer(3, 2, gp_kernel_type="laplacian")
     with pytest.raises(ValueError, match="return_gp_cov=True only"):
         ed.layers.HeteroscedasticSNGPLayer(3, 2, return_gp_cov=False)
 

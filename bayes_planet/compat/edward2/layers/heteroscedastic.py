@@ -22,6 +22,7 @@ from bayes_planet.layers.heteroscedastic import (
     TEMPERATURE_UPPER_BOUND,
     compute_temperature,
 )
+from bayes_planet.layers.sngp import LINEAR
 
 __all__ = [
     "MIN_SCALE_MONTE_CARLO",
@@ -129,12 +130,12 @@ class _Edward2GP:
     def __init__(self, *args, gp_kernel_type="gaussian", gp_kernel_scale=1.0,
                  gp_kernel_scale_trainable=False, gp_cov_momentum=None, **kwargs):
         if "covariance_fn" not in kwargs:  # Not a config of the library's.
-            if gp_kernel_type != "gaussian":
-                raise ValueError("HeteroscedasticSNGPLayer: bayes_planet implements "
-                                 "gp_kernel_type='gaussian' only. "
+            if gp_kernel_type not in ("gaussian", LINEAR):
+                raise ValueError("Expected gp_kernel_type in ('gaussian', 'linear'). "
                                  f"Received: gp_kernel_type={gp_kernel_type!r}")
-            kwargs["covariance_fn"] = _bl.ExponentiatedQuadratic(
-                length_scale=math.sqrt(gp_kernel_scale), trainable=gp_kernel_scale_trainable)
+            kwargs["covariance_fn"] = LINEAR if gp_kernel_type == LINEAR else (
+                _bl.ExponentiatedQuadratic(length_scale=math.sqrt(gp_kernel_scale),
+                                           trainable=gp_kernel_scale_trainable))
         if gp_cov_momentum is not None and gp_cov_momentum <= 0:
             gp_cov_momentum = None  # edward2's exact sum (-1).
         super().__init__(*args, gp_cov_momentum=gp_cov_momentum, **kwargs)
