@@ -109,7 +109,11 @@ class BayesianLayer(_compat.LayerState):
         arguments = _compat.add_weight_arguments(args, kwargs)
         initializer = arguments.get("initializer")
         if not isinstance(initializer, DistributionInitializer):
-            return super().add_weight(*args, **kwargs)
+            weight = super().add_weight(*args, **kwargs)
+            build_from = getattr(arguments.get("regularizer"), "build_from", None)
+            if build_from is not None:  # A regularizer's own variables, made with the weight.
+                build_from(weight)
+            return weight
         name = arguments.get("name")
         if initializer.built:
             raise ValueError(

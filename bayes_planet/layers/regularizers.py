@@ -85,8 +85,8 @@ def _distribution_moments(x):
         return dist.loc, dist.scale
     if isinstance(dist, tfd.Deterministic):
         return dist.loc, None
-    if isinstance(x, tf.Tensor | tf.Variable):
-        return x, None
+    if isinstance(x, tf.Tensor | tf.Variable) or _compat.is_variable(x):
+        return tf.convert_to_tensor(x), None
     raise TypeError(
         "Expected a normal or deterministic weight distribution. "
         f"Received: {type(dist).__name__}"
@@ -613,7 +613,8 @@ class TrainableNormalKLDivergenceStdDev(keras.layers.Layer):
     ``stddev_constraint``), trained with the model when it is a layer's regularizer (the
     layer tracks it). The divergence is the closed form of a factorized normal posterior
     against ``N(mean, σ²)`` per entry, summed, times ``scale_factor / dataset_size``
-    (`set_dataset_size` sets the latter).
+    (`set_dataset_size` sets the latter); for a point mass (a plain weight) the negative log
+    prior density instead, as `NormalKLDivergence`.
 
     Args:
       mean: the prior's mean.
@@ -658,15 +659,19 @@ class TrainableNormalKLDivergenceStdDev(keras.layers.Layer):
             self.raw_stddev = self.add_weight(name="stddev", shape=loc.shape,
                                               initializer=self.stddev_initializer,
                                               trainable=True, dtype=loc.dtype)
+            self.built = True
 
     def __call__(self, x):
         self.build_from(x)
         loc, scale = _moments(x)
         stddev = tf.cast(self.stddev_constraint(self.raw_stddev), loc.dtype)
-        if scale is None:
-            raise TypeError("Expected a normal posterior: the KL of a point mass is undefined.")
-        kl = (tf.math.log(stddev) - _log_scale(x, scale)
-              + (tf.square(scale) + tf.square(loc - self.mean)) / (2 * tf.square(stddev)) - 0.5)
+        if scale is None:  # A point mass: the negative log prior density (MAP).
+            kl = (0.5 * tf.square((loc - self.mean) / stddev) + tf.math.log(stddev)
+                  + 0.5 * math.log(2 * math.pi))
+        else:
+            kl = (tf.math.log(stddev) - _log_scale(x, scale)
+                  + (tf.square(scale) + tf.square(loc - self.mean)) / (2 * tf.square(stddev))
+                  - 0.5)
         divergence = tf.reduce_sum(kl)
         return self.weighting.weight(divergence.dtype) * divergence
 

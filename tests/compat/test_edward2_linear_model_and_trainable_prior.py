@@ -33,3 +33,28 @@ def test_trainable_prior_stddev_takes_edward2_arguments():
                             ({"stddev_constraint": "exp"}, "stddev_constraint='exp'")]:
         with pytest.raises(ValueError, match=rf"implements .* only\. Received: {message}$"):
             ed.regularizers.TrainableNormalKLDivergenceStdDev(**kwargs)
+
+
+def test_add_weight_gives_a_keras_layer_posteriors_and_trainable_priors():
+    """edward2's ``utils.add_weight(tf.keras.layers.Dense)``: a trainable initializer becomes
+    the layer's posterior (its variables the layer's, a fresh draw at each call), a trainable
+    regularizer's variables are made with the weight; on a plain weight that prior's loss is
+    the negative log density (MAP)."""
+    import tensorflow as tf
+
+    dense = ed.layers.utils.add_weight(tf.keras.layers.Dense)
+    initializer = ed.initializers.get("trainable_normal")
+    layer = dense(2, kernel_initializer=initializer, seed=1)
+    x = tf.ones([1, 3])
+    first, second = layer(x), layer(x)
+    assert initializer.built and all(any(w is v for v in layer.weights)
+                                     for w in initializer.weights)
+    assert np.abs(first.numpy() - second.numpy()).max() > 0  # Two draws of the kernel.
+    prior = ed.regularizers.get("trainable_normal_kl_divergence_stddev")
+    plain = dense(2, kernel_regularizer=prior)
+    plain(x)
+    assert prior.built and any(w is prior.raw_stddev for w in plain.weights)
+    kernel = plain.kernel.numpy()
+    sigma = tf.nn.softplus(prior.raw_stddev).numpy()
+    want = np.sum(0.5 * (kernel / sigma) ** 2 + np.log(sigma) + 0.5 * np.log(2 * np.pi))
+    np.testing.assert_allclose(float(tf.add_n(plain.losses)), want, rtol=1e-5)

@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from bayes_planet.layers import discrete_flows as _discrete_flows
 from bayes_planet.layers import sngp as _sngp
+from bayes_planet.layers.base import BayesianLayer
 from bayes_planet.layers.discrete import (
     multiplicative_inverse,
     one_hot_add,
@@ -13,7 +14,7 @@ from bayes_planet.layers.discrete import (
 )
 from bayes_planet.layers.discrete_flows import one_hot_argmax
 
-__all__ = ["mean_field_logits", "multiplicative_inverse", "one_hot_add", "one_hot_argmax",
+__all__ = ["add_weight", "mean_field_logits", "multiplicative_inverse", "one_hot_add", "one_hot_argmax",
            "one_hot_minus", "one_hot_multiply", "sinkhorn", "soft_to_hard_permutation"]
 
 
@@ -36,15 +37,18 @@ def soft_to_hard_permutation(inputs):
     return _discrete_flows.soft_to_hard_permutation(inputs)
 
 
-def _not_implemented(name):
-    def fn(*args, **kwargs):
-        del args, kwargs
-        raise NotImplementedError(f"edward2's layers.utils.{name} is not implemented in "
-                                  "bayes_planet (docs/edward2.md).")
-    fn.__name__ = fn.__qualname__ = name
-    return fn
+def add_weight(cls):
+    """edward2's class decorator: the Keras layer class ``cls`` whose ``add_weight`` takes
+    edward2's trainable initializers (the compat posteriors: the weight is the posterior,
+    whose value is a fresh draw wherever the layer converts it to a tensor) and trainable
+    regularizers (their variables made with the weight and tracked by the layer): ``cls``
+    with the library's `bayes_planet.layers.BayesianLayer` mixin, whose ``add_weight`` does
+    both for the library's own layers. ``seed`` (keyword) seeds the layer's noise."""
 
+    def __init__(self, *args, seed=None, **kwargs):
+        cls.__init__(self, *args, **kwargs)
+        self._init_seed(seed)  # noqa: SLF001 - the mixin's protocol for its subclasses
 
-# edward2 helpers the library does not implement: `add_weight` (a class decorator giving a
-# Keras layer distribution weights; the library's layers are Bayesian classes of their own).
-add_weight = _not_implemented("add_weight")
+    return type(cls.__name__, (BayesianLayer, cls),
+                {"__init__": __init__, "__module__": __name__,
+                 "__doc__": f"``{cls.__name__}`` with distribution weights (`add_weight`)."})
