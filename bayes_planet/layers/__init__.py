@@ -117,6 +117,7 @@ from bayes_planet.layers.kernels import (
 from bayes_planet.layers.laplace_covariance import LaplaceRandomFeatureCovariance
 from bayes_planet.layers.linear_model import BayesianLinearModel
 from bayes_planet.layers.ncp import NCPCategoricalPerturb, NCPNormalOutput, NCPNormalPerturb
+from bayes_planet.layers.neural_process import NeuralProcess, NeuralProcessAttention
 from bayes_planet.layers.outputs import (
     Bernoulli,
     Categorical,
@@ -256,6 +257,8 @@ __all__ = [
     "RandomFeatureGaussianProcess",
     "LaplaceRandomFeatureCovariance",
     "BayesianLinearModel",
+    "NeuralProcess",
+    "NeuralProcessAttention",
     "RandomFourierFeatures",
     "RandomSign",
     "RandomVariable",

@@ -40,6 +40,7 @@ from bayes_planet.compat.edward2.layers.hyper_batch_ensemble import (
     DenseHyperBatchEnsemble,
 )
 from bayes_planet.compat.edward2.layers.made import MADE
+from bayes_planet.compat.edward2.layers.neural_process import Attention, NeuralProcess
 from bayes_planet.compat.edward2.layers.noise import (
     NCPCategoricalPerturb,
     NCPNormalOutput,
@@ -53,6 +54,7 @@ from bayes_planet.compat.edward2.layers.random_feature import (
 
 __all__ = [
     "ActNorm",
+    "Attention",
     "BayesianLinearModel",
     "CondDense",
     "Conv1DBatchEnsemble",
@@ -93,6 +95,7 @@ __all__ = [
     "MCSoftmaxDenseFA",
     "MCSoftmaxDenseFASegmentation",
     "MixtureLogistic",
+    "NeuralProcess",
     "PosteriorNetworkLayer",
     "NCPCategoricalPerturb",
     "NCPNormalOutput",
@@ -453,9 +456,9 @@ class SpectralNormalizationConv2D(_Edward2SpectralNormalization,
 # edward2 layers the library does not implement -------------------------------------------
 
 NOT_IMPLEMENTED = (
-    "Attention", "CondConv2D", "DepthwiseCondConv2D",
+    "CondConv2D", "DepthwiseCondConv2D",
     "EnsembleSyncBatchNorm", "LinearKernel",
-    "MCSoftmaxDenseFACustomLayers", "MultiHeadMCSoftmaxDenseFA", "NeuralProcess", "Zeros",
+    "MCSoftmaxDenseFACustomLayers", "MultiHeadMCSoftmaxDenseFA", "Zeros",
 )
 
 
