@@ -3,8 +3,10 @@
 import math
 import numbers
 
-__all__ = ["check_non_negative_int", "check_positive_int", "check_positive_int_pair",
-           "check_positive_number"]
+import tensorflow as tf
+
+__all__ = ["check_matrix_inputs", "check_non_negative_int", "check_positive_int",
+           "check_positive_int_pair", "check_positive_number"]
 
 
 def check_positive_int(name, value):
@@ -38,3 +40,13 @@ def check_positive_number(name, value):
             or not math.isfinite(value) or value <= 0):
         raise ValueError(f"Expected a positive number. Received: {name}={value!r}")
     return float(value)
+
+
+def check_matrix_inputs(input_shape, width="d"):
+    """The defined last dimension of ``[batch, width]`` inputs; raises ValueError for another
+    rank or an undefined width (``width`` names it in the message)."""
+    shape = tf.TensorShape(input_shape)
+    if shape.rank != 2 or shape[-1] is None:
+        raise ValueError(f"Expected inputs of shape [batch, {width}] with a defined {width}. "
+                         f"Received: input_shape={shape}")
+    return int(shape[-1])

@@ -24,6 +24,7 @@ import tensorflow as tf
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, kernels
 from bayes_planet.layers._registry import register as _register
+from bayes_planet.layers.checks import check_matrix_inputs
 from bayes_planet.layers.noise import multi_replica_context
 
 __all__ = [
@@ -154,12 +155,8 @@ class LaplaceRandomFeatureCovariance(keras.layers.Layer):
         self.likelihood = check_likelihood("likelihood", likelihood)
 
     def build(self, input_shape):
-        input_shape = tf.TensorShape(input_shape)
-        if input_shape.rank != 2 or input_shape[-1] is None:
-            raise ValueError("Expected inputs of shape [batch, D] with a defined D. "
-                             f"Received: input_shape={input_shape}")
         self.precision_matrix, self.covariance_matrix, self.covariance_is_stale = (
-            add_laplace_weights(self, int(input_shape[-1]), self.ridge_penalty))
+            add_laplace_weights(self, check_matrix_inputs(input_shape, "D"), self.ridge_penalty))
         super().build(input_shape)
 
     def call(self, inputs, logits=None, training=None):

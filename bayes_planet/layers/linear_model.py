@@ -11,23 +11,16 @@ data in one Cholesky factorization (each call refits from scratch, as edward2's)
 returns the predictive distribution as a `RandomVariable`, the prior's before any fit.
 """
 
-import numbers
-
 import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers import _compat
 from bayes_planet.layers._registry import register as _register
+from bayes_planet.layers.checks import check_matrix_inputs, check_positive_number
 from bayes_planet.layers.random_variable import RandomVariable
 
 __all__ = ["BayesianLinearModel"]
-
-
-def _positive(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
-        raise ValueError(f"Expected a positive number. Received: {name}={value!r}")
-    return float(value)
 
 
 @_register
@@ -48,16 +41,12 @@ class BayesianLinearModel(_compat.RandomVariableOutputs, keras.layers.Layer):
 
     def __init__(self, noise_variance, prior_variance=1.0, observation_noise=False, **kwargs):
         super().__init__(**kwargs)
-        self.noise_variance = _positive("noise_variance", noise_variance)
-        self.prior_variance = _positive("prior_variance", prior_variance)
+        self.noise_variance = check_positive_number("noise_variance", noise_variance)
+        self.prior_variance = check_positive_number("prior_variance", prior_variance)
         self.observation_noise = bool(observation_noise)
 
     def build(self, input_shape):
-        input_shape = tf.TensorShape(input_shape)
-        if input_shape.rank != 2 or input_shape[-1] is None:
-            raise ValueError("Expected inputs of shape [batch, d] with a defined d. "
-                             f"Received: input_shape={input_shape}")
-        dim = int(input_shape[-1])
+        dim = check_matrix_inputs(input_shape)
         self.coeffs_mean = self.add_weight(name="coeffs_mean", shape=[dim],
                                            initializer="zeros", trainable=False)
         self.coeffs_precision_tril = self.add_weight(

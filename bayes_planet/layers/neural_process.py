@@ -15,14 +15,13 @@ Design after edward2's ``ed.layers.NeuralProcess`` and ``Attention`` (same argum
 its networks created once and trained (edward2's make new ``Dense`` layers at every call).
 """
 
-import numbers
-
 import tensorflow as tf
 import tensorflow_probability as tfp
 
 from bayes_planet._keras import keras
 from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer
+from bayes_planet.layers.checks import check_positive_int, check_positive_number
 from bayes_planet.layers.random_variable import RandomVariable
 
 __all__ = ["ATTENTION_TYPES", "NeuralProcess", "NeuralProcessAttention"]
@@ -86,14 +85,12 @@ class NeuralProcessAttention(keras.layers.Layer):
             raise ValueError(f"Expected one of {_REPRESENTATIONS}. Received: rep={rep!r}")
         if att_type not in ATTENTION_TYPES:
             raise ValueError(f"Expected one of {ATTENTION_TYPES}. Received: att_type={att_type!r}")
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not scale > 0:
-            raise ValueError(f"Expected a positive number. Received: scale={scale!r}")
-        if isinstance(num_heads, bool) or not isinstance(num_heads, int) or num_heads < 1:
-            raise ValueError(f"Expected a positive integer. Received: num_heads={num_heads!r}")
         self.rep, self.att_type = rep, att_type
         self.output_sizes = _sizes("output_sizes", output_sizes) if rep == "mlp" else (
             _sizes("output_sizes", output_sizes, allow_none=True))
-        self.scale, self.normalise, self.num_heads = float(scale), bool(normalise), num_heads
+        self.scale = check_positive_number("scale", scale)
+        self.normalise = bool(normalise)
+        self.num_heads = check_positive_int("num_heads", num_heads)
         if rep == "mlp":
             self.key_net = _mlp(self.output_sizes, "key")
             self.query_net = _mlp(self.output_sizes, "query")
@@ -171,9 +168,7 @@ class NeuralProcess(BayesianLayer, keras.Model):
                  attention_wrapper=None, seed=None, **kwargs):
         super().__init__(**kwargs)
         self.latent_encoder_sizes = _sizes("latent_encoder_sizes", latent_encoder_sizes)
-        if isinstance(num_latents, bool) or not isinstance(num_latents, int) or num_latents < 1:
-            raise ValueError(f"Expected a positive integer. Received: num_latents={num_latents!r}")
-        self.num_latents = num_latents
+        self.num_latents = check_positive_int("num_latents", num_latents)
         self.decoder_sizes = _sizes("decoder_sizes", decoder_sizes)
         if self.decoder_sizes[-1] % 2:
             raise ValueError("Expected an even last decoder size (means and scales). Received: "

@@ -38,6 +38,7 @@ from bayes_planet._keras import keras
 from bayes_planet.layers import _compat, kernels
 from bayes_planet.layers._registry import register as _register
 from bayes_planet.layers.base import BayesianLayer, check_positive_int
+from bayes_planet.layers.checks import check_matrix_inputs
 from bayes_planet.layers.laplace_covariance import (
     add_laplace_weights,
     cached_covariance,
@@ -193,10 +194,7 @@ class RandomFeatureGaussianProcess(keras.layers.Layer):
 
     def build(self, input_shape):
         input_shape = tf.TensorShape(input_shape)
-        if input_shape.rank != 2 or input_shape[-1] is None:
-            raise ValueError("Expected inputs of shape [batch, d] with a defined d. "
-                             f"Received: input_shape={input_shape}")
-        dim = int(input_shape[-1])
+        dim = check_matrix_inputs(input_shape)
         features = dim if self.linear else self.num_inducing
         self.input_spec = keras.layers.InputSpec(ndim=2, axes={-1: dim})
         if self.input_normalization is not None:
