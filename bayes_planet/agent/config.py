@@ -229,6 +229,8 @@ def upgrade(data):
         loss["overshooting"] = 0
     if isinstance(loss, dict) and "obs_grad_scale" not in loss:
         loss["obs_grad_scale"] = 1.0
+    if isinstance(data.get("train"), dict) and "random_shift" not in data["train"]:
+        data["train"]["random_shift"] = 0
     planner = data.get("planner")
     if isinstance(planner, dict) and "warm_start" not in planner:
         planner["warm_start"] = False
@@ -264,7 +266,8 @@ _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.ensemble_s
                  "eval.episodes", "env.image_size", "env.episode_length", "env.action_repeat",
                  "value.imagine_horizon", "value.start_every", "value.units", "value.layers",
                  "planner.exploration_decay_steps", "value.weight_samples")
-_NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals", "loss.overshooting")
+_NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals", "loss.overshooting",
+                     "train.random_shift")
 _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "model.obs_stddev",
                    "train.learning_rate", "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
                    "value.actor_learning_rate", "value.grad_clip")
@@ -412,6 +415,12 @@ def _check(data):
     if data["train"]["chunk_length"] > data["env"]["episode_length"]:
         fail("train.chunk_length", f"at most env.episode_length={data['env']['episode_length']}",
              data["train"]["chunk_length"])
+    if data["train"]["random_shift"] and data["obs_type"] != "pixels":
+        fail("train.random_shift", "0 unless obs_type='pixels' (it shifts images; here "
+             f"obs_type={data['obs_type']!r})", data["train"]["random_shift"])
+    if data["train"]["random_shift"] >= data["env"]["image_size"] // 2:
+        fail("train.random_shift", "less than half of env.image_size="
+             f"{data['env']['image_size']}", data["train"]["random_shift"])
     if data["obs_type"] == "pixels" and data["env"]["image_size"] != 64:
         fail("env.image_size", "64 for pixel observations (the world model's convolutional "
              "encoder and decoder are PlaNet's, for 64x64 images)", data["env"]["image_size"])

@@ -34,7 +34,9 @@ scale, so ``head(x).log_prob(target)`` is the likelihood: the reward's is 1, the
 observation's ``model.obs_stddev`` (PlaNet: 1, per pixel or state dimension; a smaller std
 weighs the reconstruction more — a state observation of 5 dimensions under unit std pays
 almost nothing for errors of 0.1: ``experiments/results/7k-sharper-observation-likelihood.md``).
-Pixels are reduced to ``pixel_bits`` bits with uniform dequantization noise and centred (PlaNet). State
+Pixels are reduced to ``pixel_bits`` bits with uniform dequantization noise and centred (PlaNet);
+with ``train.random_shift = n > 0`` each training chunk is first shifted by up to n pixels
+(`bayes_planet.agent.augment.random_shift`, one offset per chunk). State
 observations are used as they are, or with ``model.normalize_obs`` standardized per
 dimension by statistics fixed once from the seed episodes (`set_observation_stats`; the
 encoder reads and the decoder reconstructs the standardized vector, so every dimension
@@ -46,6 +48,7 @@ import tensorflow as tf
 
 from bayes_planet import distribute
 from bayes_planet._keras import keras
+from bayes_planet.agent.augment import random_shift
 from bayes_planet.agent.networks import MLP, ConvDecoder, ConvEncoder
 from bayes_planet.agent.rssm import RSSM
 from bayes_planet.layers import Normal
@@ -158,7 +161,11 @@ class WorldModel(tf.Module):
     def _loss(self, batch, seed, num_transitions):
         """`loss` and the batch's posterior states."""
         noise_seed, rssm_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-        obs = self.observation(batch["obs"], noise_seed)
+        obs = batch["obs"]
+        if self.train_config.random_shift:  # One shift per chunk (`augment.random_shift`).
+            obs = random_shift(obs, self.train_config.random_shift,
+                               tf.random.experimental.stateless_fold_in(noise_seed, 1))
+        obs = self.observation(obs, noise_seed)
         cfg = self.loss_config
         # An ensemble transition sees the batch once per member (E blocks; E = 1 otherwise).
         embed, action, obs, reward = self.rssm.tile_members(
