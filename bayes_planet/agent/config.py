@@ -124,21 +124,25 @@ def with_planning(config, overrides):
 
 def target_updates(episode_index, train, branch_point=None):
     """Gradient updates done once the training phase before episode ``episode_index`` (from 0)
-    has run: ``train.updates_per_episode`` before each episode from ``train.seed_episodes`` on.
+    has run: ``train.updates_per_episode`` before each episode from ``train.seed_episodes`` on,
+    and ``train.pretrain_updates`` more once, before the first of them (the burst on the seed
+    episodes).
 
     A branch (``branch_point``: the episode ``b`` it branched at and its parent's update count
     ``u`` there, `bayes_planet.agent.run.Run.branch_point`) starts from ``u`` and adds its own
     ``updates_per_episode`` from episode ``b`` on, so a branch that changes the rate does not
     redo the parent's episodes at its own. Episodes before ``b`` are trained again only if its
     copied checkpoint was lost: then the parent's ``u`` is spread evenly over them (exactly
-    its schedule for a parent that kept one rate).
+    its schedule for a parent that kept one rate and had no burst). A branch made during the
+    seed episodes has its own burst; a later one had its parent's, counted in ``u``.
     """
-    s, per_episode = train.seed_episodes, train.updates_per_episode
+    s, per_episode, burst = train.seed_episodes, train.updates_per_episode, train.pretrain_updates
     if branch_point is None:
-        return max(0, episode_index - s + 1) * per_episode
+        return max(0, episode_index - s + 1) * per_episode + (burst if episode_index >= s else 0)
     b, u = branch_point
     if episode_index >= b:
-        return u + max(0, episode_index - max(b, s) + 1) * per_episode
+        own_burst = burst if b <= s <= episode_index else 0
+        return u + max(0, episode_index - max(b, s) + 1) * per_episode + own_burst
     return u * max(0, episode_index - s + 1) // (b - s) if b > s else 0
 
 
@@ -231,6 +235,8 @@ def upgrade(data):
         loss["obs_grad_scale"] = 1.0
     if isinstance(data.get("train"), dict) and "random_shift" not in data["train"]:
         data["train"]["random_shift"] = 0
+    if isinstance(data.get("train"), dict) and "pretrain_updates" not in data["train"]:
+        data["train"]["pretrain_updates"] = 0
     planner = data.get("planner")
     if isinstance(planner, dict) and "warm_start" not in planner:
         planner["warm_start"] = False
@@ -267,7 +273,7 @@ _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.ensemble_s
                  "value.imagine_horizon", "value.start_every", "value.units", "value.layers",
                  "planner.exploration_decay_steps", "value.weight_samples")
 _NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals", "loss.overshooting",
-                     "train.random_shift")
+                     "train.random_shift", "train.pretrain_updates")
 _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "model.obs_stddev",
                    "train.learning_rate", "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
                    "value.actor_learning_rate", "value.grad_clip")

@@ -359,7 +359,8 @@ class Run:
             train = yaml_config.Config({
                 "seed_episodes": parent.get("train.seed_episodes", t.seed_episodes),
                 "updates_per_episode": parent.get("train.updates_per_episode",
-                                                  t.updates_per_episode)})
+                                                  t.updates_per_episode),
+                "pretrain_updates": parent.get("train.pretrain_updates", t.pretrain_updates)})
             record["updates"] = _updates_at([], record["episode"], train)
         return int(record["episode"]), int(record["updates"])
 

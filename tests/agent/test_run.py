@@ -223,9 +223,9 @@ def test_target_updates_of_a_run_and_of_a_branch_that_changes_the_rate():
 
     from bayes_planet.agent.config import target_updates
 
-    train = SimpleNamespace(seed_episodes=5, updates_per_episode=100)
+    train = SimpleNamespace(seed_episodes=5, updates_per_episode=100, pretrain_updates=0)
     assert [target_updates(k, train) for k in (0, 4, 5, 43)] == [0, 0, 100, 3900]
-    branch = SimpleNamespace(seed_episodes=5, updates_per_episode=250)
+    branch = SimpleNamespace(seed_episodes=5, updates_per_episode=250, pretrain_updates=0)
     point = (44, target_updates(43, train))
     assert [target_updates(k, branch, point) for k in (44, 45, 54)] == [4150, 4400, 6650]
     # Before the branch point (its checkpoint lost): the parent's own schedule, exactly.
@@ -233,6 +233,43 @@ def test_target_updates_of_a_run_and_of_a_branch_that_changes_the_rate():
         target_updates(k, train) for k in range(44)]
     # Branched during the seed episodes: its own rate from seed_episodes on.
     assert [target_updates(k, branch, (3, 0)) for k in (2, 3, 4, 5, 6)] == [0, 0, 0, 250, 500]
+
+
+def test_target_updates_with_a_burst_after_the_seed_episodes():
+    """``train.pretrain_updates`` adds its updates once, to the first training phase (before
+    episode ``seed_episodes``); a branch counts its own burst only if it branched before it."""
+    from types import SimpleNamespace
+
+    from bayes_planet.agent.config import target_updates
+
+    burst = SimpleNamespace(seed_episodes=5, updates_per_episode=100, pretrain_updates=1000)
+    assert [target_updates(k, burst) for k in (0, 4, 5, 6, 43)] == [0, 0, 1100, 1200, 4900]
+    later = (44, target_updates(43, burst))  # The parent's burst is in its count.
+    assert [target_updates(k, burst, later) for k in (44, 45)] == [5000, 5100]
+    assert [target_updates(k, burst, (3, 0)) for k in (4, 5, 6)] == [0, 1100, 1200]
+    with pytest.raises(config_lib.ConfigError, match=r"Expected a non-negative integer\. "
+                       r"Received: train\.pretrain_updates=-1"):
+        config_lib.validate(config_lib.load(["debug"], ["train.pretrain_updates=-1"]))
+    data = config_lib.load().to_dict()
+    del data["train"]["pretrain_updates"]  # A run recorded before the key: no burst.
+    assert config_lib.upgrade(data)["train"]["pretrain_updates"] == 0
+
+
+def test_a_run_killed_during_its_burst_resumes_to_the_uninterrupted_run(tmp_path):
+    sets = ("train.pretrain_updates=5",)
+    full, logdir = tmp_path / "full", tmp_path / "run"
+    assert train_debug(full, *sets).returncode == 0
+    rows = metrics_rows(full)
+    # debug: 2 seed episodes, 3 updates per episode; the burst comes before episode 3.
+    assert [row["updates"] for row in rows] == [0, 0, 8]
+    killed = train_debug(logdir, *sets, fault="train:4")  # Inside the burst.
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    rerun = train_debug(logdir, *sets)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert metrics_rows(logdir) == rows
+    a, b = (checkpoint_tensors(latest_checkpoint(d)) for d in (full, logdir))
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
 def test_env_steps_have_one_source(reference):
