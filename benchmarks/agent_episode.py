@@ -37,7 +37,9 @@ def parse_variant(spec):
     return presets.split(","), overrides
 
 
-def _variant(spec, logdir):
+def build_trainer(spec, logdir):
+    """A `Trainer` of the variant ``spec`` (`parse_variant`; videos off) in ``logdir``, with
+    its seed episodes collected into the replay (random actions)."""
     from bayes_planet.agent import config as config_lib
     from bayes_planet.agent.training import Trainer
 
@@ -81,7 +83,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
-        trainers = {v: _variant(v, os.path.join(tmp, f"variant{i}"))
+        trainers = {v: build_trainer(v, os.path.join(tmp, f"variant{i}"))
                     for i, v in enumerate(args.variants)}
         for trainer in trainers.values():  # Trace every function once, untimed.
             _time_phases(trainer, -1)
