@@ -77,10 +77,12 @@ PLANNING_KEYS = ("planner", "value.policy_proposals", "eval.optimism")
 EXTENDABLE_KEYS = ("train.episodes",)
 
 #: The keys a branch of a trained run (``bayes-planet train --branch-from RUN``) keeps: its
-#: data (the task and what the agent observes) and its model's variables; and the learning
+#: data (the task and what the agent observes) and its model's variables (``loss.value_scale``
+#: decides whether it has a latent value head); and the learning
 #: rates, which the optimizers' checkpointed state would silently restore. Everything else
 #: (how it plans, explores, trains its value, how long) may change from the parent's.
-BRANCH_FIXED_KEYS = ("task", "obs_type", "env", "model", "strategy", "train.learning_rate",
+BRANCH_FIXED_KEYS = ("task", "obs_type", "env", "model", "loss.value_scale", "strategy",
+                     "train.learning_rate",
                      "value.enabled", "value.units", "value.layers",
                      "value.critic_learning_rate", "value.actor_learning_rate")
 
@@ -233,6 +235,8 @@ def upgrade(data):
         loss["overshooting"] = 0
     if isinstance(loss, dict) and "obs_grad_scale" not in loss:
         loss["obs_grad_scale"] = 1.0
+    if isinstance(loss, dict) and "value_scale" not in loss:
+        loss["value_scale"] = 0.0
     if isinstance(data.get("train"), dict) and "random_shift" not in data["train"]:
         data["train"]["random_shift"] = 0
     if isinstance(data.get("train"), dict) and "pretrain_updates" not in data["train"]:
@@ -280,7 +284,7 @@ _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "model.obs_s
 _NON_NEGATIVE_FLOAT = ("loss.free_nats", "loss.kl_scale", "loss.reward_scale",
                        "loss.weight_kl_scale", "planner.exploration_noise", "value.actor_entropy",
                        "value.replay_weight", "value.novelty", "planner.novelty",
-                       "value.pessimism",
+                       "value.pessimism", "loss.value_scale",
                        "planner.exploration_final")
 #: Keys of the lists above that may also be null (their default then applies: PlaNet's
 #: per-task action repeat; constant exploration noise).

@@ -9,6 +9,11 @@ Training objective per sequence chunk (Hafner et al., 2018, eq. 3; Tran et al.,
            [+ kl_scale * max(free_nats, mean_{t,d} KL(sg q(z_{t+d}) || p(z_{t+d} | s_t, a)))
             - reward_scale * mean_{t,d} log p(r_{t+d} | s_{t+d} ~ p(. | s_t, a))]
 
+With ``loss.value_scale = c > 0`` the loss adds ``c · mean_t (u(s_t) − sg R_t)²``: a value
+head ``u`` of the latent regressed by TD(λ) onto the replayed chunk's real rewards, in the
+rewards' units (`_latent_value_loss`), its gradient shaping the latent as TD-MPC's value loss
+does (the planner's critic is the value model's, `bayes_planet.agent.value`).
+
 The bracketed terms are ``loss.overshooting = D > 0``: the prior rolled d = 1..D steps
 open-loop from each posterior state with the replayed actions (PlaNet's latent overshooting,
 its targets stopped, and TD-MPC's multi-step reward loss). ``loss.obs_grad_scale = c``
@@ -51,6 +56,7 @@ from bayes_planet._keras import keras
 from bayes_planet.agent.augment import random_shift
 from bayes_planet.agent.networks import MLP, ConvDecoder, ConvEncoder
 from bayes_planet.agent.rssm import RSSM
+from bayes_planet.agent.value import lambda_returns
 from bayes_planet.layers import Normal
 from bayes_planet.layers.noise import per_example
 
@@ -87,6 +93,7 @@ class WorldModel(tf.Module):
     def __init__(self, config, obs_shape, action_size, name="world_model", strategy=None):
         super().__init__(name=name)
         m, self.loss_config, self.train_config = config.model, config.loss, config.train
+        self.value_settings = config.value  # discount and λ of loss.value_scale's returns
         self.pixels = len(obs_shape) == 3
         self.obs_shape, self.action_size = tuple(obs_shape), int(action_size)
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
@@ -98,6 +105,9 @@ class WorldModel(tf.Module):
                 self.encoder = MLP(m.mlp_units, m.mlp_layers)
                 self.decoder = MLP(m.mlp_units, m.mlp_layers, out=obs_shape[0])
             self.reward_net = MLP(m.mlp_units, m.reward_layers, out=1)
+            # loss.value_scale: a value head on the latent, trained on the replayed rewards.
+            self.value_net = (MLP(m.mlp_units, m.reward_layers, out=1)
+                              if self.loss_config.value_scale else None)
             self.obs_head = Normal(scale=float(m.obs_stddev), event_ndims=len(obs_shape))
             self.reward_head = Normal(scale=1.0, event_ndims=1)
             self.rssm = RSSM(m, seed=config.seed)
@@ -120,6 +130,8 @@ class WorldModel(tf.Module):
         feat = self.rssm.features(self.rssm.initial(1))
         self.obs_head(self.decoder(feat))
         self.reward_head(self.reward_net(feat))
+        if self.value_net is not None:
+            self.value_net(feat)
         self.optimizer.build(self.trainable_variables)
 
     def observation(self, obs, seed=None):
@@ -186,6 +198,10 @@ class WorldModel(tf.Module):
                 + cfg.weight_kl_scale * weight_kl / n)
         metrics = {"loss": loss, "obs_nll": -recon, "reward_nll": -reward_lp, "state_kl": kl,
                    "weight_kl": weight_kl}
+        if cfg.value_scale:
+            value_loss = self._latent_value_loss(feat, reward)
+            loss += cfg.value_scale * value_loss
+            metrics.update(loss=loss, latent_value_loss=value_loss)
         if cfg.overshooting:
             over_reward_lp, over_kl_loss, over_kl = self._overshooting(
                 post, action, reward, tf.random.experimental.stateless_fold_in(rssm_seed, 1))
@@ -193,6 +209,25 @@ class WorldModel(tf.Module):
             metrics.update(loss=loss, overshooting_kl=over_kl,
                            overshooting_reward_nll=-over_reward_lp)
         return loss, metrics, post
+
+    def latent_value(self, feat):
+        """``loss.value_scale``'s head: ``(1 − γ) V(s)`` of latent features ``[*batch, F]``
+        (values in the rewards' units), ``[*batch]``."""
+        return self.value_net(feat)[..., 0]
+
+    def _latent_value_loss(self, feat, reward):
+        """``loss.value_scale``'s term: the mean over the chunk's states ``s_0..s_{T-2}`` of
+        ``(u(s_t) − sg R_t)²``, ``u`` = `latent_value` and ``R_t`` the λ-return of the real
+        rewards ``(1 − γ) r_{t+1..}`` bootstrapped with ``u(s_{t+1..})`` (``value.discount``,
+        ``value.td_lambda``; its target stopped: TD(λ) on the replayed chunk). Its gradient
+        reaches the latent (RSSM and encoder), as TD-MPC's value loss shapes its encoder."""
+        v = self.value_settings
+        value = self.latent_value(feat)  # [B, T]
+        targets = lambda_returns((1.0 - v.discount) * tf.transpose(reward[:, 1:]),
+                                 tf.transpose(tf.stop_gradient(value[:, 1:])),
+                                 v.discount, v.td_lambda)
+        error = tf.square(value[:, :-1] - tf.stop_gradient(tf.transpose(targets)))
+        return distribute.global_mean([error])[0]
 
     def _reward_lp(self, state, reward):
         return self.reward_head(self.reward_net(self.rssm.features(state))).log_prob(

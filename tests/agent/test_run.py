@@ -357,6 +357,7 @@ def test_a_branch_refuses_other_data_or_model_presets_and_a_used_logdir(referenc
     cases = [
         ((f"model.deter={deter + 8}",), (), "a branch keeps its parent's data and model, but the "
                                             f"config changes model.deter: {deter} -> {deter + 8}"),
+        (("loss.value_scale=1.0",), (), "the config changes loss.value_scale: 0.0 -> 1.0"),
         ((), ("--preset", "debug"), "--branch-from takes the parent run's config; change it "
                                     "with --set. Received: --preset debug"),
     ]

@@ -161,3 +161,78 @@ def test_runs_recorded_without_the_keys_keep_the_plain_loss():
     loss = config_lib.upgrade(data)["loss"]
     assert loss["kl_balance"] is None and loss["overshooting"] == 0
     assert loss["obs_grad_scale"] == 1.0
+
+
+def _value_batch(reward, seed=0):
+    rng = np.random.default_rng(seed)
+    return {"obs": tf.constant(rng.normal(size=(3, 8, 5)), tf.float32),
+            "action": tf.constant(rng.uniform(-1, 1, size=(3, 8, 2)), tf.float32),
+            "reward": tf.constant(reward, tf.float32)}
+
+
+def test_value_scale_adds_the_td_lambda_error_of_a_value_head_on_the_latent():
+    """``loss.value_scale = c``: the loss is the plain terms plus c times ``latent_value_loss``,
+    which is the squared error of ``u(s_t)`` against the λ-return of the real rewards in their
+    units, bootstrapped with ``u`` (the recursion recomputed here in NumPy)."""
+    c, gamma, lam = 0.5, 0.9, 0.8
+    model = _model(f"loss.value_scale={c}", f"value.discount={gamma}", f"value.td_lambda={lam}")
+    reward = np.random.default_rng(1).uniform(0, 1, size=(3, 8))
+    batch, seed = _value_batch(reward), tf.constant([2, 5])
+    loss, m = model.loss(batch, seed, 100)
+    np.testing.assert_allclose(float(loss), float(
+        m["obs_nll"] + 10.0 * m["reward_nll"] + m["state_kl"] + m["weight_kl"] / 100.0
+        + c * m["latent_value_loss"]), rtol=1e-5)
+    # The step's posterior (before its update), then the head at the same weights.
+    before = [v.numpy() for v in model.trainable_variables]
+    metrics, post = model.train_step(batch, seed, 100, return_posterior=True)
+    for v, value in zip(model.trainable_variables, before, strict=True):
+        v.assign(value)
+    u = model.latent_value(model.rssm.features(post)).numpy()  # [B, T]
+    targets = np.zeros((3, 7))
+    acc = u[:, 7]
+    for t in reversed(range(7)):  # R_t = (1-γ) r_{t+1} + γ ((1-λ) u_{t+1} + λ R_{t+1})
+        acc = (1 - gamma) * reward[:, t + 1] + gamma * ((1 - lam) * u[:, t + 1] + lam * acc)
+        targets[:, t] = acc
+    np.testing.assert_allclose(float(metrics["latent_value_loss"]),
+                               np.mean((u[:, :7] - targets) ** 2), rtol=1e-4)
+    np.testing.assert_allclose(float(metrics["latent_value_loss"]),
+                               float(m["latent_value_loss"]), rtol=1e-5)
+
+
+def test_value_scale_shapes_the_latent_and_zero_adds_no_head():
+    """With only the value term (no observation gradient, reward or KL weight) the encoder
+    learns from it; without it nothing reaches the encoder, and the model has no value head."""
+    quiet = ("loss.obs_grad_scale=0.0", "loss.reward_scale=0.0", "loss.kl_scale=0.0")
+    batch, seed = _value_batch(np.ones((3, 8))), tf.constant([0, 1])
+    for scale in (0.0, 1.0):
+        model = _model(*quiet, f"loss.value_scale={scale}")
+        assert (model.value_net is None) == (scale == 0.0)
+        with tf.GradientTape() as tape:
+            loss, m = model.loss(batch, seed, 100)
+        grads = tape.gradient(loss, model.encoder.trainable_variables)
+        largest = max(0.0 if g is None else float(np.abs(g.numpy()).max()) for g in grads)
+        assert (largest > 0) == (scale > 0), (scale, largest)
+        assert ("latent_value_loss" in m) == (scale > 0)
+
+
+def test_the_latent_value_head_learns_the_value_of_a_constant_reward():
+    """A constant reward r: the fixed point of the TD(λ) targets in the rewards' units is r
+    (``(1 − γ) Σ γ^k r``), whatever γ. After 400 updates the head's mean over the batch's
+    24 states lies within 0.07 of it (measured over three data seeds at 400–800 updates:
+    0.67–0.73 around 0.7, the world model's latent still moving under it)."""
+    model = _model("loss.value_scale=1.0", "value.discount=0.5")
+    batch = _value_batch(np.full((3, 8), 0.7))
+    for u in range(400):
+        model.train_step(batch, tf.constant([4, u]), 100)
+    _, post = model.train_step(batch, tf.constant([4, 400]), 100, return_posterior=True)
+    value = model.latent_value(model.rssm.features(post)).numpy()
+    assert abs(float(value.mean()) - 0.7) < 0.07, value.mean()
+
+
+def test_value_scale_is_range_checked_and_recorded_runs_keep_none():
+    with pytest.raises(config_lib.ConfigError,
+                       match=r"Expected a non-negative number. Received: loss.value_scale=-1"):
+        config_lib.validate(config_lib.load(["debug"], ["loss.value_scale=-1.0"]))
+    data = config_lib.load().to_dict()
+    del data["loss"]["value_scale"]
+    assert config_lib.upgrade(data)["loss"]["value_scale"] == 0.0
