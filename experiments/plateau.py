@@ -7,6 +7,7 @@ two for any task from states).
     python experiments/plateau.py model    --logdir RUN [--episodes 5]     # any state task
     python experiments/plateau.py novelty  --logdir RUN [--episodes 10] [--column C]  # any state task
     python experiments/plateau.py value    --logdir RUN [--episodes 20]    # any state task
+    python experiments/plateau.py error    --logdir RUN [--episodes 5]     # any state task
 
 * ``openloop``: the world model's open-loop error against horizon, from windows of the run's
   last replay episodes (``context`` observed steps, then the prior rolled forward with the
@@ -46,6 +47,15 @@ two for any task from states).
   target over each episode's blind states (and of G, for reference): near 1, V points the
   planner at the target.
 
+* ``error``: does the transition's disagreement point at its real prediction error? From
+  every 5th posterior state of the run's last replay episodes, 8 weight samples of a
+  transition with weight noise each roll the prior's means open-loop with the episode's actions
+  and decode the observations (the network's space); per window and horizon h = 1, 3, 5: the
+  spread (the std across the samples, mean over dimensions) against the error of their mean
+  prediction against the real observation (RMS over dimensions). Reported: the rank correlation
+  of spread and error, the AUROC of the spread for the windows of the largest 10 % of errors
+  (0.5: blind to them), and the error and spread per quintile of the spread (calibration).
+
 openloop, scores, actor: cartpole only (its observation is (x, cos θ, sin θ, ẋ, θ̇)). Reads
 the run, writes nothing. results §7k, §7m.
 """
@@ -59,12 +69,13 @@ import argparse  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bayes_planet import envs, seeds  # noqa: E402
+from bayes_planet import envs, layer_registry, seeds  # noqa: E402
 from bayes_planet.agent import config as config_lib  # noqa: E402
 from bayes_planet.agent.agent import Agent  # noqa: E402
 from bayes_planet.agent.policy import candidate_scores  # noqa: E402
 from bayes_planet.agent.run import RunError  # noqa: E402
 from bayes_planet.layers import fixed_noise  # noqa: E402
+from bayes_planet.uncertainty.metrics import auroc  # noqa: E402
 
 GROUPS = ("balance", "up_fast", "other")
 
@@ -256,6 +267,49 @@ def replay_disagreement(agent, episodes, column, quantiles=(0.5, 0.9, 0.99)):
     print(f"  correlation of d with |physics[{column}]|: {_correlation(d, where)}")
 
 
+def disagreement_error(agent, episodes, samples=8, horizons=(1, 3, 5), stride=5):
+    """``error``: the weight samples' spread of open-loop predictions against their error."""
+    wm, config = agent.model, agent.config
+    members = layer_registry.ensemble_members("dense", config.model.estimator,
+                                              config.model.ensemble_size)
+    if config.model.estimator in config_lib.NO_WEIGHT_NOISE or members > 1:
+        raise SystemExit("error: a single transition with weight noise (its weight samples "
+                         "disagree). Received: model.estimator="
+                         f"{config.model.estimator}")
+    depth = max(horizons)
+    spread, error = {h: [] for h in horizons}, {h: [] for h in horizons}
+    for i, episode in enumerate(list(agent.replay.episodes())[-episodes:]):
+        obs, act, post = _filtered(wm, episode, i)
+        target = wm.observation(tf.constant(obs)).numpy()  # the network's space
+        starts = np.arange(0, len(obs) - depth, stride)
+        state = {k: tf.gather(v[0], starts) for k, v in post.items()}
+        # From s_t the replay's actions a[t+1..t+depth] lead to obs[t+1..t+depth].
+        index = starts[:, None] + 1 + np.arange(depth)[None]
+        actions = tf.constant(act[index])
+        seed = seeds.tf_seed(0, "plateau_error", i)
+        predictions = np.stack([wm.obs_head(wm.decoder(wm.rssm.features(wm.rssm.imagine(
+            actions, state, seed, weight_seed=seeds.tf_seed(k, "plateau_error_weights", i),
+            noise=tf.zeros([wm.rssm.stoch_size]))))).distribution.mean().numpy()
+            for k in range(samples)])  # [K, N, depth, D]
+        for h in horizons:
+            at = predictions[:, :, h - 1]
+            spread[h].append(at.std(0).mean(-1))
+            error[h].append(np.sqrt(((at.mean(0) - target[index[:, h - 1]]) ** 2).mean(-1)))
+    print(f"open-loop predictions of {samples} weight samples from every {stride}th posterior "
+          f"state, {episodes} episodes:")
+    for h in horizons:
+        d, e = np.concatenate(spread[h]), np.concatenate(error[h])
+        worst = e >= np.quantile(e, 0.9)
+        print(f"  h={h}: {len(d)} windows  spread mean {d.mean():.4f}  error mean {e.mean():.4f}"
+              f"  rank correlation {np.corrcoef(_ranks(d), _ranks(e))[0, 1]:.3f}  AUROC for "
+              f"the largest 10 % of errors {auroc(d[~worst], d[worst]):.3f}")
+        edges = np.quantile(d, [0.2, 0.4, 0.6, 0.8])
+        bins = np.digitize(d, edges)
+        print("    by quintile of the spread (spread / error): " + ", ".join(
+            f"{d[bins == b].mean():.4f} / {e[bins == b].mean():.4f}" for b in range(5)
+            if (bins == b).any()))
+
+
 def _ranks(x):
     return np.argsort(np.argsort(x)).astype(np.float64)
 
@@ -325,7 +379,7 @@ def value_landscape(agent, episodes):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("measure", choices=("openloop", "scores", "actor", "model", "novelty",
-                                            "value"))
+                                            "value", "error"))
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--episodes", type=int, default=None)
     parser.add_argument("--latent", default="sample", choices=("sample", "shared", "mean"))
@@ -348,6 +402,8 @@ def main(argv=None):
         return
     if args.measure == "value":
         return value_landscape(agent, args.episodes or 20)
+    if args.measure == "error":
+        return disagreement_error(agent, args.episodes or 5)
     if agent.config.task.split("-")[0] != "cartpole":
         raise SystemExit(f"plateau: cartpole from states only. Received: task={agent.config.task}"
                          f", obs_type={agent.config.obs_type}")
