@@ -44,6 +44,16 @@ def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
         plateau.main(["openloop", "--latent", "shared", "--logdir", str(logdir)])
     with pytest.raises(SystemExit, match=r"^plateau: no run in .*missing \(not a directory\)$"):
         plateau.main(["value", "--logdir", str(tmp_path / "missing")])
+    deterministic = tmp_path / "deterministic"
+    done = subprocess.run([sys.executable, "-m", "bayes_planet.agent.cli", "train", "--preset",
+                           "debug", "--logdir", str(deterministic), "--set", "eval.video=false",
+                           "--set", "train.episodes=2", "--set", "train.seed_episodes=2",
+                           "--set", "model.estimator=deterministic", "--quiet"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    with pytest.raises(SystemExit, match=r"^error: a single transition with weight noise .*"
+                                         r"Received: model.estimator=deterministic$"):
+        plateau.main(["error", "--logdir", str(deterministic)])
 
 
 def test_plateau_value_return_to_go_and_blind_states_against_brute_force():
