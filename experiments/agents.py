@@ -908,7 +908,11 @@ def aggregate(config, out, runs, status=None, archived=None):
         }
     report.plot_curves(results, out)
     (out / "results.json").write_text(json.dumps(results, indent=1))
-    table = report.tasks_table(results, config["table_steps"], report.read_anchors())
+    from bayes_planet.agent import config as config_lib
+
+    pixels = config_lib.load(config["base_presets"], config["overrides"]).obs_type == "pixels"
+    anchors = report.read_anchors(report.PIXEL_ANCHORS_PATH if pixels else report.ANCHORS_PATH)
+    table = report.tasks_table(results, config["table_steps"], anchors)
     (out / "tasks_table.md").write_text(table)
     (out / "summary.md").write_text(summary_markdown(results) + "\n" + table)
     return results

@@ -22,13 +22,16 @@ import numpy as np
 import yaml
 
 ANCHORS_PATH = pathlib.Path(__file__).with_name("anchors.yaml")
+#: The published returns from pixels, in the same format.
+PIXEL_ANCHORS_PATH = pathlib.Path(__file__).with_name("anchors_pixels.yaml")
 NOT_REACHED = "—"
 
 
 # ---------------------------------------------------------------- the tasks table
 def read_anchors(path=ANCHORS_PATH):
     """``{'columns': [(method, step)], 'sources': {method: text}, 'returns': {task:
-    {(method, step): return}}}`` from an anchors file (columns in the file's order)."""
+    {(method, step): return}}, 'path': 'experiments/<file name>'}`` from an anchors file
+    (columns in the file's order)."""
     raw = yaml.safe_load(pathlib.Path(path).read_text())
     methods = raw["methods"]
     returns = {}
@@ -44,7 +47,8 @@ def read_anchors(path=ANCHORS_PATH):
                                  f"{steps}, received {values}")
             returns[task].update({(method, s): v for s, v in zip(steps, values, strict=True)})
     return {"columns": [(m, int(s)) for m, spec in methods.items() for s in spec["steps"]],
-            "sources": {m: spec["source"] for m, spec in methods.items()}, "returns": returns}
+            "sources": {m: spec["source"] for m, spec in methods.items()}, "returns": returns,
+            "path": f"experiments/{pathlib.Path(path).name}"}
 
 
 def eval_at(curve, step):
@@ -121,7 +125,7 @@ def tasks_table(results, steps, anchors):
              "or before it; 'last, at X': no seed reached the step, the runs' last evaluations; "
              f"'{NOT_REACHED}': not reached (or not published)"
              + ("; 'final': each run's N-episode evaluation of its last checkpoint"
-                if finals else "") + ". Anchors (experiments/anchors.yaml), from states:", ""]
+                if finals else "") + f". Anchors ({anchors['path']}):", ""]
     lines += [f"* {m}: {source}" for m, source in anchors["sources"].items()]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for task in tasks:

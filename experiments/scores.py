@@ -4,8 +4,11 @@ Every archived run (a grid's ``results.json`` with its runs' configs and evaluat
 a run's own ``config.yaml`` + ``metrics.jsonl``) whose recorded config is one of the methods of
 ``scores/methods.yaml`` is written to ``scores/<suite>/<task>.csv`` (``dmc_proprio`` from
 states, ``dmc_pixels`` from pixels; columns ``method,seed,env_step,return``, one row per
-evaluation: tdmpc2's ``results/`` layout). The README's table between ``<!-- scores:begin
--->`` and ``<!-- scores:end -->`` is computed from those files and ``anchors.yaml``::
+evaluation: tdmpc2's ``results/`` layout). The README's two tables, between ``<!-- scores:begin
+-->`` and ``<!-- scores:end -->`` (states) and between ``<!-- pixel-scores:begin -->`` and
+``<!-- pixel-scores:end -->`` (pixels), are computed from those files and the suite's anchors
+(``anchors.yaml``, ``anchors_pixels.yaml``); each has a row for every task of its files or its
+anchors::
 
     python experiments/scores.py            # write scores/ and the README's table
     python experiments/scores.py --check    # exit 1 if either differs from what the archive gives
@@ -28,19 +31,23 @@ from bayes_planet import yaml_config
 from bayes_planet.agent import config as config_lib
 from bayes_planet.experiment import load_script
 
+report = load_script(pathlib.Path(__file__).with_name("agents_report.py"), "agents_report")
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ARCHIVE = ROOT / "experiments" / "archive"
 SCORES = ROOT / "scores"
 README = ROOT / "README.md"
 BEGIN, END = "<!-- scores:begin -->", "<!-- scores:end -->"
+#: Per suite: the README's markers of its table and its anchors file.
+SUITES = {"dmc_proprio": (BEGIN, END, report.ANCHORS_PATH),
+          "dmc_pixels": ("<!-- pixel-scores:begin -->", "<!-- pixel-scores:end -->",
+                         report.PIXEL_ANCHORS_PATH)}
 COLUMNS = ("method", "seed", "env_step", "return")
-#: Keys that change nothing a run learns or scores: not part of a method.
+#: Keys that are not part of a method: they change nothing a run learns or scores, or, like
+#: the pixel networks' compute precision (a device's choice), only its rounding.
 NEUTRAL_KEYS = ("task", "seed", "eval.video", "train.checkpoint_every",
-                "train.max_nonfinite_steps", *config_lib.EXTENDABLE_KEYS)
+                "train.max_nonfinite_steps", "model.cnn_precision", *config_lib.EXTENDABLE_KEYS)
 TABLE_STEPS = (50000, 100000)
 ANCHOR_STEP = 100000
-
-report = load_script(pathlib.Path(__file__).with_name("agents_report.py"), "agents_report")
 
 
 def read_methods(path=SCORES / "methods.yaml"):
@@ -61,7 +68,8 @@ def method_of(config, methods):
     return matches[0] if matches else None
 
 
-def _suite(config):
+def suite_of(config):
+    """``'dmc_pixels'`` for a config from pixels, else ``'dmc_proprio'``."""
     return "dmc_pixels" if config.get("obs_type") == "pixels" else "dmc_proprio"
 
 
@@ -104,7 +112,7 @@ def collect(runs, methods, log=sys.stderr):
         if method is None:
             continue
         key = (method, int(config["seed"]))
-        entries = files.setdefault((_suite(config), config["task"]), {})
+        entries = files.setdefault((suite_of(config), config["task"]), {})
         old = entries.get(key)
         if old is not None and not _agree(old[1], curve):
             kept, dropped = (old, (source, curve)) if max(old[1])[0] >= max(curve)[0] else (
@@ -147,20 +155,23 @@ def parse_scores(text):
                      for _, c in sorted(seeds.items())] for method, seeds in curves.items()}
 
 
-def table(files, methods, anchors):
-    """The README's table (markdown) from ``{relative path: CSV text}``, for ``dmc_proprio``."""
-    main = [name for name, m in methods.items() if m["main"]]
-    others = [name for name in methods if name not in main]
+def table(files, methods, anchors, suite="dmc_proprio"):
+    """The README's table (markdown) of ``suite`` from ``{relative path: CSV text}``: a row for
+    every task of the suite's files or of ``anchors``, the suite's main methods' columns."""
+    in_suite = [name for name, m in methods.items() if suite_of(m["config"]) == suite]
+    main = [name for name in in_suite if methods[name]["main"]]
+    others = [name for name in in_suite if name not in main]
     columns = [(m, s) for m, s in anchors["columns"] if s == ANCHOR_STEP]
     header = (["task"] + [f"{name} {report.steps_label(s)}" for name in main for s in TABLE_STEPS]
               + [f"other configs {report.steps_label(ANCHOR_STEP)}"]
               + [f"{m} {report.steps_label(s)}" for m, s in columns])
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     order = list(anchors["returns"])
-    tasks = sorted((p.split("/", 1)[1][:-4] for p in files if p.startswith("dmc_proprio/")),
-                   key=lambda t: (order.index(t) if t in order else len(order), t))
-    for task in tasks:
-        scores = parse_scores(files[f"dmc_proprio/{task}.csv"])
+    prefix = f"{suite}/"
+    tasks = {p[len(prefix):-4] for p in files if p.startswith(prefix)} | set(order)
+    for task in sorted(tasks, key=lambda t: (order.index(t) if t in order else len(order), t)):
+        path = f"{prefix}{task}.csv"
+        scores = parse_scores(files[path]) if path in files else {}
         cells = [task]
         for name in main:
             cells += (report.return_cells(scores[name], list(TABLE_STEPS)) if name in scores
@@ -174,12 +185,12 @@ def table(files, methods, anchors):
     return "\n".join(lines) + "\n"
 
 
-def readme_with(text, block):
-    """``text`` (the README) with ``block`` between the score markers."""
-    if text.count(BEGIN) != 1 or text.count(END) != 1 or text.index(BEGIN) > text.index(END):
-        raise ValueError(f"Expected one '{BEGIN}' before one '{END}' in the README")
-    head, rest = text.split(BEGIN)
-    return head + BEGIN + "\n" + block + rest[rest.index(END):]
+def readme_with(text, block, begin=BEGIN, end=END):
+    """``text`` (the README) with ``block`` between the markers ``begin`` and ``end``."""
+    if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
+        raise ValueError(f"Expected one '{begin}' before one '{end}' in the README")
+    head, rest = text.split(begin)
+    return head + begin + "\n" + block + rest[rest.index(end):]
 
 
 def main(argv=None):
@@ -189,8 +200,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     methods = read_methods()
     files = score_files(methods=methods)
-    block = table(files, methods, report.read_anchors())
-    readme = readme_with(README.read_text(), block)
+    readme, blocks = README.read_text(), []
+    for suite, (begin, end, anchors) in SUITES.items():
+        blocks.append(table(files, methods, report.read_anchors(anchors), suite))
+        readme = readme_with(readme, blocks[-1], begin, end)
     stale = [p for p, text in files.items()
              if not (SCORES / p).exists() or (SCORES / p).read_text() != text]
     extra = [str(p.relative_to(SCORES)) for p in SCORES.rglob("*.csv")
@@ -208,7 +221,7 @@ def main(argv=None):
         (SCORES / path).parent.mkdir(parents=True, exist_ok=True)
         (SCORES / path).write_text(text)
     README.write_text(readme)
-    print(block, end="")
+    print("\n".join(blocks), end="")
     return 0
 
 

@@ -197,6 +197,8 @@ def upgrade(data):
     * before ``model.factor_posterior``/``factor_prior`` existed, a rank-1 transition took
       the layers' default of that time: a model section without them gets
       ``trainable_rank1_normal`` / ``rank1_normal_kl_divergence`` (that default, not today's).
+    * before ``model.cnn_precision`` existed, the pixel networks computed in float32: a model
+      section without the key gets ``cnn_precision: float32``.
 
     Any other missing key is damage, refused by `read`.
     """
@@ -208,6 +210,8 @@ def upgrade(data):
         model["normalize_obs"] = False
     if isinstance(model, dict) and "obs_stddev" not in model:
         model["obs_stddev"] = 1.0
+    if isinstance(model, dict) and "cnn_precision" not in model:
+        model["cnn_precision"] = "float32"
     if isinstance(model, dict) and "ensemble_size" not in model:
         model["ensemble_size"] = yaml_config.load_dict(_PATH)["model"]["ensemble_size"]
     if isinstance(model, dict) and "value" not in data:  # An agent config of any layout.
@@ -308,6 +312,7 @@ _CHOICES = {
     "value.latent": ("sample", "mean"),
     "value.replay_loss": ("squared", "self_imitation"),
     "planner.exploration": ("noise", "spread"),
+    "model.cnn_precision": ("float32", "mixed_bfloat16"),
 }
 
 

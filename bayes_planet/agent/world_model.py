@@ -99,8 +99,8 @@ class WorldModel(tf.Module):
         self.strategy = strategy if strategy is not None else tf.distribute.get_strategy()
         with self.strategy.scope(), self.name_scope:
             if self.pixels:
-                self.encoder = ConvEncoder(m.cnn_depth)
-                self.decoder = ConvDecoder(m.cnn_depth, obs_shape[-1])
+                self.encoder = ConvEncoder(m.cnn_depth, precision=m.cnn_precision)
+                self.decoder = ConvDecoder(m.cnn_depth, obs_shape[-1], precision=m.cnn_precision)
             else:
                 self.encoder = MLP(m.mlp_units, m.mlp_layers)
                 self.decoder = MLP(m.mlp_units, m.mlp_layers, out=obs_shape[0])

@@ -433,3 +433,54 @@ def test_a_run_fixes_the_statistics_from_its_seed_episodes(tmp_path):
     np.testing.assert_array_equal(again.agent.model.obs_stats["mean"].numpy(),
                                   agent.model.obs_stats["mean"].numpy())
     again.agent.close()
+
+
+def _pixel_models(**sets):
+    """Two debug pixel world models, float32 and ``mixed_bfloat16`` networks, same weights."""
+    overrides = ["obs_type=pixels", "env.image_size=64", *(f"{k}={v}" for k, v in sets.items())]
+    full = WorldModel(debug_config(*overrides), (64, 64, 3), 1)
+    mixed = WorldModel(debug_config(*overrides, "model.cnn_precision=mixed_bfloat16"),
+                       (64, 64, 3), 1)
+    for a, b in zip(full.variables, mixed.variables, strict=True):
+        b.assign(a)
+    return full, mixed
+
+
+def test_bfloat16_pixel_networks_keep_float32_weights_and_outputs():
+    """`model.cnn_precision=mixed_bfloat16`: the same variables (float32), bfloat16 compute
+    inside the encoder and decoder, float32 out, within bfloat16's precision of float32."""
+    full, mixed = _pixel_models()
+    assert [v.dtype for v in mixed.variables] == [v.dtype for v in full.variables]
+    assert {v.dtype for v in mixed.encoder.variables} == {tf.float32}
+    assert {conv.compute_dtype for conv in mixed.encoder.convs} == {"bfloat16"}
+    assert {d.compute_dtype for d in mixed.decoder.deconvs} == {"bfloat16"}
+    image = tf.random.uniform([2, 3, 64, 64, 3], -0.5, 0.5, seed=1)
+    for net, x in ((lambda m: m.encoder, image), (lambda m: m.decoder, tf.random.normal([2, 3, 20]))):
+        a, b = net(full)(x), net(mixed)(x)
+        assert b.dtype == tf.float32 and a.shape == b.shape
+        # bfloat16 keeps 8 bits of mantissa: relative error ≈ 2^-8 per op, a few ops deep.
+        scale = float(tf.reduce_max(tf.abs(a))) + 1e-6
+        assert float(tf.reduce_max(tf.abs(a - b))) < 0.05 * scale
+
+
+def test_bfloat16_pixel_networks_train_and_their_loss_stays_close():
+    full, mixed = _pixel_models()
+    rng = np.random.default_rng(0)
+    batch = {"obs": tf.constant(rng.integers(0, 256, (4, 8, 64, 64, 3), dtype=np.uint8)),
+             "action": tf.constant(rng.uniform(-1, 1, (4, 8, 1)).astype(np.float32)),
+             "reward": tf.constant(rng.uniform(0, 1, (4, 8)).astype(np.float32))}
+    seed = tf.constant([3, 4])
+    a, b = float(full.loss(batch, seed, 100)[0]), float(mixed.loss(batch, seed, 100)[0])
+    assert abs(a - b) < 0.02 * abs(a), (a, b)
+    step = mixed.train_step(batch, seed, 100)
+    assert float(step["finite"]) == 1.0 and np.isfinite(float(step["loss"]))
+
+
+def test_cnn_precision_is_checked_and_older_configs_upgrade_to_float32():
+    with pytest.raises(yaml_config.ConfigError,
+                       match=r"Expected one of \['float32', 'mixed_bfloat16'\]\. "
+                             r"Received: model\.cnn_precision='float16'"):
+        config_lib.validate(debug_config("model.cnn_precision=float16"))
+    old = debug_config().to_dict()
+    del old["model"]["cnn_precision"]
+    assert config_lib.upgrade(old)["model"]["cnn_precision"] == "float32"

@@ -286,7 +286,8 @@ def _variant(task, label, runs):
 
 def test_tasks_table_rows_and_anchor_columns(report):
     anchors = {"columns": [("X", 100), ("Y", 200)], "sources": {"X": "x.csv", "Y": "y.csv"},
-               "returns": {"t1": {("X", 100): 5, ("Y", 200): 6}, "t2": {("Y", 200): 7}}}
+               "returns": {"t1": {("X", 100): 5, ("Y", 200): 6}, "t2": {("Y", 200): 7}},
+               "path": "experiments/anchors.yaml"}
     results = {"variants": {
         "t1/det": _variant("t1", "det", [_run([(100, 1.0)], 100)]),
         "t1/bayes": _variant("t1", "bayes", [_run([(100, 2.0)], 100)]),

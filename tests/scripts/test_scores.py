@@ -99,6 +99,28 @@ def test_the_table_cells_are_over_seeds(scores, methods):
     assert lines[2] == ("| walker-walk | 200 ± 82 (n=3) | 400 ± 163 (n=3) | — | — | — | 962 |")
 
 
+def test_each_suite_has_its_table_with_a_row_per_task_of_its_files_or_anchors(scores, methods):
+    pixels = scores.score_text({("bayes-planet-pixels", 0): [(100000, 300.0)]})
+    files = {"dmc_pixels/cartpole-swingup.csv": pixels}
+    anchors = {"columns": [("DrQ", 100000)],
+               "returns": {"cartpole-swingup": {("DrQ", 100000): 759},
+                           "walker-walk": {("DrQ", 100000): 612}}}
+    lines = scores.table(files, methods, anchors, "dmc_pixels").splitlines()
+    assert lines[0] == ("| task | bayes-planet-pixels 50k | bayes-planet-pixels 100k | "
+                        "other configs 100k | DrQ 100k |")
+    assert lines[2:] == ["| cartpole-swingup | — | 300 ± 0 (n=1) | — | 759 |",
+                         "| walker-walk | — | — | — | 612 |"]
+    # The states table has none of the pixel methods' columns or rows.
+    states = scores.table(files, methods, anchors, "dmc_proprio").splitlines()
+    assert "pixels" not in states[0] and states[2] == "| cartpole-swingup | — | — | — | — | — | 759 |"
+
+
+def test_the_pixel_networks_precision_is_no_part_of_a_method(scores, methods):
+    config = _config("obs_type=pixels", "model.cnn_precision=mixed_bfloat16")
+    assert scores.method_of(config, methods) == "bayes-planet-pixels"
+    assert scores.suite_of(config) == "dmc_pixels"
+
+
 def test_the_readme_needs_its_markers(scores):
     assert scores.readme_with("a\n<!-- scores:begin -->\nold\n<!-- scores:end -->\nb",
                               "new\n") == "a\n<!-- scores:begin -->\nnew\n<!-- scores:end -->\nb"
@@ -108,6 +130,8 @@ def test_the_readme_needs_its_markers(scores):
 
 def test_a_method_is_a_valid_config(scores, methods, tmp_path):
     assert list(methods)[:2] == ["bayes-planet", "bayes-planet-deterministic"]
-    assert [m for m in methods if methods[m]["main"]] == list(methods)[:2]
+    main = {m: scores.suite_of(methods[m]["config"]) for m in methods if methods[m]["main"]}
+    assert main == {"bayes-planet": "dmc_proprio", "bayes-planet-deterministic": "dmc_proprio",
+                    "bayes-planet-pixels": "dmc_pixels"}
     with pytest.raises(config_lib.ConfigError, match="Received: model.estimator='nope'"):
         _methods(scores, tmp_path, bad=["model.estimator=nope"])
