@@ -48,6 +48,10 @@ NEUTRAL_KEYS = ("task", "seed", "eval.video", "train.checkpoint_every",
                 "train.max_nonfinite_steps", "model.cnn_precision", *config_lib.EXTENDABLE_KEYS)
 TABLE_STEPS = (50000, 100000)
 ANCHOR_STEP = 100000
+#: An evaluation collapse: from this env step on, an evaluation below ``COLLAPSE_SHARE`` of the
+#: run's best evaluation before it, where that best is at least ``COLLAPSE_MIN_BEST`` (a run
+#: that never scored that much has not learned its task: its dips are noise, not collapses).
+COLLAPSE_FROM, COLLAPSE_SHARE, COLLAPSE_MIN_BEST = 50000, 0.5, 100.0
 
 
 def read_methods(path=SCORES / "methods.yaml"):
@@ -185,6 +189,45 @@ def table(files, methods, anchors, suite="dmc_proprio"):
     return "\n".join(lines) + "\n"
 
 
+def collapses(curve, start=COLLAPSE_FROM, share=COLLAPSE_SHARE, min_best=COLLAPSE_MIN_BEST):
+    """``[(env_step, return, best_step, best)]``: the evaluations of ``curve`` (``[(env_step,
+    return)]``) at or after ``start`` below ``share`` of the best evaluation before them, where
+    that best is at least ``min_best``."""
+    found, best = [], None
+    for step, value in sorted(curve):
+        if (step >= start and best is not None and best[1] >= min_best
+                and value < share * best[1]):
+            found.append((step, value, *best))
+        if best is None or value > best[1]:
+            best = (step, value)
+    return found
+
+
+def collapse_lines(files, suite="dmc_proprio"):
+    """The markdown lines under a table: every run of the suite's files with a collapse (none
+    if the suite has no files)."""
+    prefix, lines = f"{suite}/", []
+    paths = sorted(p for p in files if p.startswith(prefix))
+    for path in paths:
+        curves = {}
+        for row in csv.DictReader(io.StringIO(files[path])):
+            curves.setdefault((row["method"], int(row["seed"])), []).append(
+                (int(row["env_step"]), float(row["return"])))
+        for (method, seed), curve in sorted(curves.items()):
+            found = collapses(curve)
+            if found:
+                worst = min(found, key=lambda f: f[1] / f[3])
+                lines.append(f"- {path[len(prefix):-4]}, {method} seed {seed}: {len(found)} of "
+                             f"{sum(s >= COLLAPSE_FROM for s, _ in curve)} evaluations from "
+                             f"{report.steps_label(COLLAPSE_FROM)}; lowest {worst[1]:.0f} at "
+                             f"{report.steps_label(worst[0])} after {worst[3]:.0f} at "
+                             f"{report.steps_label(worst[2])}")
+    head = (f"Evaluation collapses (from {report.steps_label(COLLAPSE_FROM)} on, an evaluation "
+            f"below {COLLAPSE_SHARE:g} of the run's best before it, a best of at least "
+            f"{COLLAPSE_MIN_BEST:g}): ")
+    return [head + ("none." if not lines else f"{len(lines)} run{'s' * (len(lines) > 1)}."), *lines] if paths else []
+
+
 def readme_with(text, block, begin=BEGIN, end=END):
     """``text`` (the README) with ``block`` between the markers ``begin`` and ``end``."""
     if text.count(begin) != 1 or text.count(end) != 1 or text.index(begin) > text.index(end):
@@ -202,7 +245,9 @@ def main(argv=None):
     files = score_files(methods=methods)
     readme, blocks = README.read_text(), []
     for suite, (begin, end, anchors) in SUITES.items():
-        blocks.append(table(files, methods, report.read_anchors(anchors), suite))
+        below = collapse_lines(files, suite)
+        blocks.append(table(files, methods, report.read_anchors(anchors), suite)
+                      + "".join(f"{line}\n" for line in ["", *below] if below))
         readme = readme_with(readme, blocks[-1], begin, end)
     stale = [p for p, text in files.items()
              if not (SCORES / p).exists() or (SCORES / p).read_text() != text]

@@ -121,6 +121,21 @@ def test_the_pixel_networks_precision_is_no_part_of_a_method(scores, methods):
     assert scores.suite_of(config) == "dmc_pixels"
 
 
+def test_a_collapse_is_an_evaluation_below_half_of_the_best_before_it(scores):
+    curve = [(40000, 300.0), (50000, 149.0), (55000, 151.0), (60000, 500.0), (70000, 240.0),
+             (80000, 260.0)]
+    assert scores.collapses(curve) == [(50000, 149.0, 40000, 300.0), (70000, 240.0, 60000, 500.0)]
+    # Before 50k nothing counts; a best under 100 has not learned the task.
+    assert scores.collapses([(10000, 400.0), (20000, 10.0), (50000, 300.0)]) == []
+    assert scores.collapses([(40000, 90.0), (50000, 1.0)]) == []
+    text = scores.score_text({("m", 0): curve, ("m", 1): [(50000, 10.0)]})
+    lines = scores.collapse_lines({"dmc_proprio/walker-walk.csv": text})
+    assert lines[0].endswith("a best of at least 100): 1 run.")
+    assert lines[1] == ("- walker-walk, m seed 0: 2 of 5 evaluations from 50k; lowest 240 at 70k "
+                        "after 500 at 60k")
+    assert scores.collapse_lines({"dmc_proprio/walker-walk.csv": text}, "dmc_pixels") == []
+
+
 def test_the_readme_needs_its_markers(scores):
     assert scores.readme_with("a\n<!-- scores:begin -->\nold\n<!-- scores:end -->\nb",
                               "new\n") == "a\n<!-- scores:begin -->\nnew\n<!-- scores:end -->\nb"
