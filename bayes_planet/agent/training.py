@@ -116,19 +116,19 @@ class Trainer:
     def evaluate(self, episode_index):
         """Mean return of ``eval.episodes`` evaluation episodes after ``episode_index`` episodes."""
         config, collector = self.agent.config, self.agent.collector
-        returns, videos = [], []
+        returns, video = [], None
         for i in range(config.eval.episodes):
             policy = collector.policy("eval", episode_index, i)
+            # Only the first episode's frames become the video: the others are not rendered.
             episode, frames = collector.collect(
                 policy, "eval_env_reset", episode_index, i, evaluation=True,
-                render=config.eval.video, fault="eval")
+                render=config.eval.video and i == 0, fault="eval")
             returns.append(float(episode["reward"].sum()))
-            videos.append(frames)
-        if config.eval.video and videos[0]:
+            video = frames if i == 0 else video
+        if config.eval.video and video:
             folder = self.agent.logdir / "videos"
             folder.mkdir(exist_ok=True)
-            envs.write_video(np.stack(videos[0]), folder / f"eval_{episode_index:05d}.gif",
-                             fps=20)
+            envs.write_video(np.stack(video), folder / f"eval_{episode_index:05d}.gif", fps=20)
         return float(np.mean(returns))
 
     # -- the loop ----------------------------------------------------------------------------

@@ -467,11 +467,16 @@ class DMCEnv:
             self._camera = None
         self.physics.free()
 
-    def close(self):
+    def close(self, wait=True):
         """Frees the renderer and physics; the environment cannot be used afterwards.
 
         Safe to call more than once. Called automatically when the environment is garbage
         collected and at interpreter exit (before Python shuts down its worker threads).
+
+        Args:
+          wait: after rendering, the render thread frees its context: wait for it (True), or
+            only hand it the work (False: the garbage collector's call, which may run inside
+            any other code, an import's lock held, where waiting on a thread can deadlock).
         """
         if getattr(self, "_closed", True):
             return
@@ -480,15 +485,18 @@ class DMCEnv:
         if executor is None or threading.current_thread() is self._render_thread:
             self._free_on_thread()
         else:
-            executor.submit(self._free_on_thread).result()
+            freed = executor.submit(self._free_on_thread)
+            if wait:
+                freed.result()
         if executor is not None:
             executor.shutdown(wait=False)
         self._env = None
 
     def __del__(self):
-        """Closes the environment when it is garbage collected."""
+        """Closes the environment when it is garbage collected, without waiting on its
+        render thread (`close`'s ``wait=False``)."""
         try:
-            self.close()
+            self.close(wait=False)
         except Exception:  # Never raise from a finalizer.
             pass
 

@@ -55,3 +55,36 @@ def test_a_finished_trainer_leaves_no_open_writer_or_lock(tmp_path):
                       tmp_path / "run")
     trainer.loop(progress=False)
     assert trainer.agent.run.closed
+
+
+
+def test_evaluation_renders_only_the_episode_its_video_shows(tmp_path, monkeypatch):
+    """``eval.video``: of ``eval.episodes`` episodes only the first is rendered (it is the
+    video); rendering every episode gives the same returns (it draws no random number)."""
+    from bayes_planet.agent.training import Trainer
+
+    trainer = Trainer(config_lib.load(["debug"], ["eval.episodes=3", "train.episodes=2"]),
+                      tmp_path / "run")
+    collector, collect = trainer.agent.collector, trainer.agent.collector.collect
+    renders, returns = [], []
+
+    def spy(*args, render=False, always=False, **kwargs):
+        renders.append(render)
+        episode, frames = collect(*args, render=render or always, **kwargs)
+        returns.append(float(episode["reward"].sum()))
+        return episode, frames
+
+    try:
+        monkeypatch.setattr(collector, "collect", spy)
+        mean = trainer.evaluate(2)
+        assert renders == [True, False, False] and mean == float(np.mean(returns))
+        assert (tmp_path / "run" / "videos" / "eval_00002.gif").exists()
+        first = returns[:]
+        returns.clear()
+        monkeypatch.setattr(collector, "collect", lambda *a, **k: spy(*a, always=True, **k))
+        trainer.evaluate(2)
+        assert returns == first
+    finally:  # Rendered: closed here, on this thread, not by the garbage collector.
+        collector.env.close()
+        collector.eval_env.close()
+        trainer.agent.close()

@@ -286,3 +286,33 @@ def test_closed_env_raises():
     env.close()  # Idempotent.
     with pytest.raises(RuntimeError, match="closed"):
         env.reset()
+
+
+
+def _render_threads():
+    import threading
+
+    return {t for t in threading.enumerate() if t.name.startswith("bayes_planet_render")}
+
+
+@pytest.mark.parametrize("how", ["close_without_waiting", "garbage_collected"])
+def test_a_rendering_env_frees_its_renderer_on_its_thread_without_being_waited_for(how):
+    """The garbage collector may finalize an env inside any code (an import's lock held), so
+    ``__del__`` only hands the freeing to the render thread (`close(wait=False)`); the thread
+    does it and ends."""
+    import gc
+
+    before = _render_threads()
+    env = envs.make("cartpole-swingup", obs_type="state")
+    env.reset()
+    assert env.render().shape == (64, 64, 3)
+    (thread,) = _render_threads() - before
+    if how == "close_without_waiting":
+        env.close(wait=False)
+        with pytest.raises(RuntimeError, match="closed"):
+            env.reset()
+    else:
+        del env
+        gc.collect()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
