@@ -8,6 +8,7 @@ two for any task from states).
     python experiments/plateau.py novelty  --logdir RUN [--episodes 10] [--column C]  # any state task
     python experiments/plateau.py value    --logdir RUN [--episodes 20]    # any state task
     python experiments/plateau.py error    --logdir RUN [--episodes 5]     # any state task
+    python experiments/plateau.py gradients --logdir RUN [--episodes 8]    # any state task
 
 * ``openloop``: the world model's open-loop error against horizon, from windows of the run's
   last replay episodes (``context`` observed steps, then the prior rolled forward with the
@@ -56,6 +57,14 @@ two for any task from states).
   of spread and error, the AUROC of the spread for the windows of the largest 10 % of errors
   (0.5: blind to them), and the error and spread per quintile of the spread (calibration).
 
+* ``gradients``: what shapes the latent. On ``--episodes`` replay batches of the run's own
+  ``train.batch_size x train.chunk_length`` (seeded), each term of the world model's loss as
+  it enters it (`WorldModel.loss_terms`: observation, reward, state KL, weight KL, the latent
+  value head and overshooting where on) and the global norm of its gradient with respect to the
+  encoder's and the RSSM's variables (the observation term's scaled by
+  ``loss.obs_grad_scale``, as in training); reported: the terms' median value, median gradient
+  norm and that norm as a share of the summed loss's.
+
 openloop, scores, actor: cartpole only (its observation is (x, cos θ, sin θ, ẋ, θ̇)). Reads
 the run, writes nothing. results §7k, §7m.
 """
@@ -74,6 +83,7 @@ from bayes_planet.agent import config as config_lib  # noqa: E402
 from bayes_planet.agent.agent import Agent  # noqa: E402
 from bayes_planet.agent.policy import candidate_scores  # noqa: E402
 from bayes_planet.agent.run import RunError  # noqa: E402
+from bayes_planet.agent.world_model import as_batch  # noqa: E402
 from bayes_planet.layers import fixed_noise  # noqa: E402
 from bayes_planet.uncertainty.metrics import auroc  # noqa: E402
 
@@ -376,10 +386,38 @@ def value_landscape(agent, episodes):
                   f"[{', '.join(f'{x:.2f}' for x in r[:, column])}]")
 
 
+def term_gradients(agent, batches):
+    """``{term: (median value, median gradient norm into the latent)}`` (and ``'total'``) over
+    ``batches`` replay batches; prints them (see the module's ``gradients``)."""
+    wm, train = agent.model, agent.config.train
+    latent = wm.encoder.trainable_variables + wm.rssm.trainable_variables
+    transitions = agent.replay.transitions()
+    rows = {}
+    for i in range(batches):
+        chunk = agent.replay.sample(train.batch_size, train.chunk_length,
+                                    seeds.numpy_rng(0, "plateau_gradients", i))
+        with tf.GradientTape(persistent=True) as tape:
+            terms = wm.loss_terms(as_batch(chunk, "obs"), seeds.tf_seed(0, "plateau_gradients", i),
+                                  transitions)
+            terms["total"] = tf.add_n(list(terms.values()))
+        for name, value in terms.items():
+            grads = tape.gradient(value, latent, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+            rows.setdefault(name, []).append((float(value), float(tf.linalg.global_norm(grads))))
+        del tape
+    out = {name: tuple(np.median(np.asarray(r), 0)) for name, r in rows.items()}
+    total = out["total"][1]
+    print(f"{batches} batches of {train.batch_size} x {train.chunk_length}; gradients into the "
+          f"encoder and RSSM ({len(latent)} variables)")
+    for name, (value, norm) in out.items():
+        print(f"  {name:13s} value {value:12.5g}  gradient norm {norm:10.4g}  "
+              f"({norm / total:.3g} of the total's)")
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("measure", choices=("openloop", "scores", "actor", "model", "novelty",
-                                            "value", "error"))
+                                            "value", "error", "gradients"))
     parser.add_argument("--logdir", required=True)
     parser.add_argument("--episodes", type=int, default=None)
     parser.add_argument("--latent", default="sample", choices=("sample", "shared", "mean"))
@@ -404,6 +442,8 @@ def main(argv=None):
         return value_landscape(agent, args.episodes or 20)
     if args.measure == "error":
         return disagreement_error(agent, args.episodes or 5)
+    if args.measure == "gradients":
+        return term_gradients(agent, args.episodes or 8)
     if agent.config.task.split("-")[0] != "cartpole":
         raise SystemExit(f"plateau: cartpole from states only. Received: task={agent.config.task}"
                          f", obs_type={agent.config.obs_type}")

@@ -167,8 +167,16 @@ class WorldModel(tf.Module):
 
     def loss(self, batch, seed, num_transitions):
         """Loss and metrics for a batch ``{obs, action, reward}`` of ``[B, T, ...]``."""
-        loss, metrics, _ = self._loss(batch, seed, num_transitions)
+        loss, metrics, _, _ = self._loss(batch, seed, num_transitions)
         return loss, metrics
+
+    def loss_terms(self, batch, seed, num_transitions):
+        """The loss's terms as they enter it (weights applied; their sum is `loss`):
+        ``{'obs', 'reward', 'state_kl', 'weight_kl'}``, plus ``'latent_value'``
+        (``loss.value_scale``) and ``'overshooting'`` (``loss.overshooting``) when on. The
+        ``'obs'`` term's gradient reaches the latent scaled by ``loss.obs_grad_scale``, as in
+        training: the terms' gradients are what shapes the latent (``plateau.py gradients``)."""
+        return self._loss(batch, seed, num_transitions)[3]
 
     def _loss(self, batch, seed, num_transitions):
         """`loss` and the batch's posterior states."""
@@ -194,21 +202,25 @@ class WorldModel(tf.Module):
             post, prior, cfg.kl_balance)
         weight_kl = self.weight_kl()
         n = tf.cast(num_transitions, tf.float32)
+        terms = {"obs": -recon, "reward": -cfg.reward_scale * reward_lp,
+                 "state_kl": cfg.kl_scale * kl_loss, "weight_kl": cfg.weight_kl_scale * weight_kl / n}
         loss = (-recon - cfg.reward_scale * reward_lp + cfg.kl_scale * kl_loss
                 + cfg.weight_kl_scale * weight_kl / n)
         metrics = {"loss": loss, "obs_nll": -recon, "reward_nll": -reward_lp, "state_kl": kl,
                    "weight_kl": weight_kl}
         if cfg.value_scale:
             value_loss = self._latent_value_loss(feat, reward)
-            loss += cfg.value_scale * value_loss
+            terms["latent_value"] = cfg.value_scale * value_loss
+            loss += terms["latent_value"]
             metrics.update(loss=loss, latent_value_loss=value_loss)
         if cfg.overshooting:
             over_reward_lp, over_kl_loss, over_kl = self._overshooting(
                 post, action, reward, tf.random.experimental.stateless_fold_in(rssm_seed, 1))
-            loss += cfg.kl_scale * over_kl_loss - cfg.reward_scale * over_reward_lp
+            terms["overshooting"] = cfg.kl_scale * over_kl_loss - cfg.reward_scale * over_reward_lp
+            loss += terms["overshooting"]
             metrics.update(loss=loss, overshooting_kl=over_kl,
                            overshooting_reward_nll=-over_reward_lp)
-        return loss, metrics, post
+        return loss, metrics, post, terms
 
     def latent_value(self, feat):
         """``loss.value_scale``'s head: ``(1 − γ) V(s)`` of latent features ``[*batch, F]``
@@ -287,7 +299,7 @@ class WorldModel(tf.Module):
         batch = distribute.replica_rows(batch, ctx)  # the global batch with one replica
         variables = self.trainable_variables
         with tf.GradientTape() as tape:
-            loss, metrics, post = self._loss(batch, seed, num_transitions)
+            loss, metrics, post, _ = self._loss(batch, seed, num_transitions)
             # `loss` is the global loss on every replica: the sum of the replicas'
             # gradients of loss / R is its gradient (weight KL once).
             scaled = loss / replicas if replicas > 1 else loss

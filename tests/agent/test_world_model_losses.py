@@ -236,3 +236,36 @@ def test_value_scale_is_range_checked_and_recorded_runs_keep_none():
     data = config_lib.load().to_dict()
     del data["loss"]["value_scale"]
     assert config_lib.upgrade(data)["loss"]["value_scale"] == 0.0
+
+
+@pytest.mark.parametrize("overrides, names", [
+    ((), ["obs", "reward", "state_kl", "weight_kl"]),
+    (("loss.value_scale=3.0", "loss.overshooting=2", "model.estimator=reparameterization"),
+     ["obs", "reward", "state_kl", "weight_kl", "latent_value", "overshooting"]),
+])
+def test_the_loss_terms_sum_to_the_loss_and_are_the_metrics_weighted(overrides, names):
+    model, batch, seed = _model(*overrides), _batch(5), tf.constant([2, 7])
+    loss, m = model.loss(batch, seed, 100)
+    terms = model.loss_terms(batch, seed, 100)
+    assert list(terms) == names
+    np.testing.assert_allclose(float(tf.add_n(list(terms.values()))), float(loss), rtol=1e-6)
+    np.testing.assert_allclose(float(terms["obs"]), float(m["obs_nll"]), rtol=1e-6)
+    np.testing.assert_allclose(float(terms["reward"]), 10.0 * float(m["reward_nll"]), rtol=1e-6)
+    np.testing.assert_allclose(float(terms["weight_kl"]), float(m["weight_kl"]) / 100, rtol=1e-6)
+    if "latent_value" in terms:
+        np.testing.assert_allclose(float(terms["latent_value"]),
+                                   3.0 * float(m["latent_value_loss"]), rtol=1e-6)
+
+
+def test_the_observation_terms_gradient_into_the_latent_follows_obs_grad_scale():
+    batch, seed = _batch(6), tf.constant([4, 4])
+    plain = _model()
+    stopped = _twin(plain, "loss.obs_grad_scale=0.0")
+    norms = []
+    for model in (plain, stopped):
+        with tf.GradientTape() as tape:
+            obs = model.loss_terms(batch, seed, 100)["obs"]
+        grads = tape.gradient(obs, model.encoder.trainable_variables,
+                              unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        norms.append(float(tf.linalg.global_norm(grads)))
+    assert norms[0] > 0 and norms[1] == 0.0

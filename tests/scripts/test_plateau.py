@@ -32,7 +32,8 @@ def test_plateau_measurements_on_a_debug_run(tmp_path, capsys):
                            (["novelty", "--episodes", "2", "--column", "3"],
                             "correlation of d with |physics[3]|"),
                            (["value", "--episodes", "2"], "blind states"),
-                           (["error", "--episodes", "2"], "AUROC for the largest 10 % of errors")):
+                           (["error", "--episodes", "2"], "AUROC for the largest 10 % of errors"),
+                           (["gradients", "--episodes", "2"], "of the total's")):
         plateau.main(argv + ["--logdir", str(logdir)])
         out = capsys.readouterr().out
         assert expected in out, (argv, out)
