@@ -8,7 +8,8 @@ evaluation: tdmpc2's ``results/`` layout). The README's two tables, between ``<!
 -->`` and ``<!-- scores:end -->`` (states) and between ``<!-- pixel-scores:begin -->`` and
 ``<!-- pixel-scores:end -->`` (pixels), are computed from those files and the suite's anchors
 (``anchors.yaml``, ``anchors_pixels.yaml``); each has a row for every task of its files or its
-anchors::
+anchors, and under it the runs whose evaluations collapsed (`collapses`: from 50k on, an
+evaluation below half of the run's best before it, a best of at least 100)::
 
     python experiments/scores.py            # write scores/ and the README's table
     python experiments/scores.py --check    # exit 1 if either differs from what the archive gives
