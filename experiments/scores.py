@@ -160,12 +160,17 @@ def parse_scores(text):
                      for _, c in sorted(seeds.items())] for method, seeds in curves.items()}
 
 
+def main_methods(methods, suite):
+    """The ``main: true`` methods of ``suite``, in the methods file's order."""
+    return [name for name, m in methods.items() if m["main"] and suite_of(m["config"]) == suite]
+
+
 def table(files, methods, anchors, suite="dmc_proprio"):
     """The README's table (markdown) of ``suite`` from ``{relative path: CSV text}``: a row for
     every task of the suite's files or of ``anchors``, the suite's main methods' columns."""
-    in_suite = [name for name, m in methods.items() if suite_of(m["config"]) == suite]
-    main = [name for name in in_suite if methods[name]["main"]]
-    others = [name for name in in_suite if name not in main]
+    main = main_methods(methods, suite)
+    others = [name for name, m in methods.items()
+              if suite_of(m["config"]) == suite and name not in main]
     columns = [(m, s) for m, s in anchors["columns"] if s == ANCHOR_STEP]
     header = (["task"] + [f"{name} {report.steps_label(s)}" for name in main for s in TABLE_STEPS]
               + [f"other configs {report.steps_label(ANCHOR_STEP)}"]
@@ -204,9 +209,9 @@ def collapses(curve, start=COLLAPSE_FROM, share=COLLAPSE_SHARE, min_best=COLLAPS
     return found
 
 
-def collapse_lines(files, suite="dmc_proprio"):
-    """The markdown lines under a table: every run of the suite's files with a collapse (none
-    if the suite has no files)."""
+def collapse_lines(files, suite="dmc_proprio", only=None):
+    """The markdown lines under a table: every run of the suite's files (of the methods
+    ``only``, if given) with a collapse; none if the suite has no files."""
     prefix, lines = f"{suite}/", []
     paths = sorted(p for p in files if p.startswith(prefix))
     for path in paths:
@@ -215,6 +220,8 @@ def collapse_lines(files, suite="dmc_proprio"):
             curves.setdefault((row["method"], int(row["seed"])), []).append(
                 (int(row["env_step"]), float(row["return"])))
         for (method, seed), curve in sorted(curves.items()):
+            if only is not None and method not in only:
+                continue
             found = collapses(curve)
             if found:
                 worst = min(found, key=lambda f: f[1] / f[3])
@@ -223,7 +230,8 @@ def collapse_lines(files, suite="dmc_proprio"):
                              f"{report.steps_label(COLLAPSE_FROM)}; lowest {worst[1]:.0f} at "
                              f"{report.steps_label(worst[0])} after {worst[3]:.0f} at "
                              f"{report.steps_label(worst[2])}")
-    head = (f"Evaluation collapses (from {report.steps_label(COLLAPSE_FROM)} on, an evaluation "
+    head = (("The main methods' e" if only is not None else "E")
+            + f"valuation collapses (from {report.steps_label(COLLAPSE_FROM)} on, an evaluation "
             f"below {COLLAPSE_SHARE:g} of the run's best before it, a best of at least "
             f"{COLLAPSE_MIN_BEST:g}): ")
     return [head + ("none." if not lines else f"{len(lines)} run{'s' * (len(lines) > 1)}."), *lines] if paths else []
@@ -246,7 +254,7 @@ def main(argv=None):
     files = score_files(methods=methods)
     readme, blocks = README.read_text(), []
     for suite, (begin, end, anchors) in SUITES.items():
-        below = collapse_lines(files, suite)
+        below = collapse_lines(files, suite, main_methods(methods, suite))
         blocks.append(table(files, methods, report.read_anchors(anchors), suite)
                       + "".join(f"{line}\n" for line in ["", *below] if below))
         readme = readme_with(readme, blocks[-1], begin, end)

@@ -134,6 +134,9 @@ def test_a_collapse_is_an_evaluation_below_half_of_the_best_before_it(scores):
     assert lines[1] == ("- walker-walk, m seed 0: 2 of 5 evaluations from 50k; lowest 240 at 70k "
                         "after 500 at 60k")
     assert scores.collapse_lines({"dmc_proprio/walker-walk.csv": text}, "dmc_pixels") == []
+    only = scores.collapse_lines({"dmc_proprio/walker-walk.csv": text}, only=["other"])
+    assert only == ["The main methods' evaluation collapses (from 50k on, an evaluation below 0.5 "
+                    "of the run's best before it, a best of at least 100): none."]
 
 
 def test_the_readme_needs_its_markers(scores):
