@@ -204,8 +204,7 @@ class WorldModel(tf.Module):
         n = tf.cast(num_transitions, tf.float32)
         terms = {"obs": -recon, "reward": -cfg.reward_scale * reward_lp,
                  "state_kl": cfg.kl_scale * kl_loss, "weight_kl": cfg.weight_kl_scale * weight_kl / n}
-        loss = (-recon - cfg.reward_scale * reward_lp + cfg.kl_scale * kl_loss
-                + cfg.weight_kl_scale * weight_kl / n)
+        loss = terms["obs"] + terms["reward"] + terms["state_kl"] + terms["weight_kl"]
         metrics = {"loss": loss, "obs_nll": -recon, "reward_nll": -reward_lp, "state_kl": kl,
                    "weight_kl": weight_kl}
         if cfg.value_scale:
