@@ -149,15 +149,23 @@ def score_files(archive=ARCHIVE, methods=None, log=sys.stderr):
             for (suite, task), entries in sorted(files.items())}
 
 
-def parse_scores(text):
-    """``{method: [run]}`` of a score file's text, runs as `agents_report.return_cells` takes
-    them (``env_steps`` and ``curves['eval_return']``)."""
+def read_curves(text):
+    """``{(method, seed): [(env_step, return)]}`` of a score file's text, each curve sorted."""
     curves = {}
     for row in csv.DictReader(io.StringIO(text)):
-        curve = curves.setdefault(row["method"], {}).setdefault(int(row["seed"]), [])
-        curve.append((int(row["env_step"]), float(row["return"])))
-    return {method: [{"env_steps": max(c)[0], "curves": {"eval_return": sorted(c)}}
-                     for _, c in sorted(seeds.items())] for method, seeds in curves.items()}
+        curves.setdefault((row["method"], int(row["seed"])), []).append(
+            (int(row["env_step"]), float(row["return"])))
+    return {key: sorted(curve) for key, curve in curves.items()}
+
+
+def parse_scores(text):
+    """``{method: [run]}`` of a score file's text, runs as `agents_report.return_cells` takes
+    them (``env_steps`` and ``curves['eval_return']``), in the order of their seeds."""
+    runs = {}
+    for (method, _), curve in sorted(read_curves(text).items()):
+        runs.setdefault(method, []).append({"env_steps": curve[-1][0],
+                                            "curves": {"eval_return": curve}})
+    return runs
 
 
 def main_methods(methods, suite):
@@ -215,11 +223,7 @@ def collapse_lines(files, suite="dmc_proprio", only=None):
     prefix, lines = f"{suite}/", []
     paths = sorted(p for p in files if p.startswith(prefix))
     for path in paths:
-        curves = {}
-        for row in csv.DictReader(io.StringIO(files[path])):
-            curves.setdefault((row["method"], int(row["seed"])), []).append(
-                (int(row["env_step"]), float(row["return"])))
-        for (method, seed), curve in sorted(curves.items()):
+        for (method, seed), curve in sorted(read_curves(files[path]).items()):
             if only is not None and method not in only:
                 continue
             found = collapses(curve)
