@@ -10,6 +10,9 @@ two for any task from states).
     python experiments/plateau.py error    --logdir RUN [--episodes 5]     # any state task
     python experiments/plateau.py gradients --logdir RUN [--episodes 8]    # any state task
 
+Every measure takes ``--checkpoint N``: the run at its checkpoint after N episodes (kept with
+``train.keep_checkpoint_every``), its "last replay episodes" those collected before it.
+
 * ``openloop``: the world model's open-loop error against horizon, from windows of the run's
   last replay episodes (``context`` observed steps, then the prior rolled forward with the
   episode's actions, decoded), grouped by the last observed state: ``balance`` (pole near
@@ -81,6 +84,7 @@ import tensorflow as tf  # noqa: E402
 from bayes_planet import envs, layer_registry, seeds  # noqa: E402
 from bayes_planet.agent import config as config_lib  # noqa: E402
 from bayes_planet.agent.agent import Agent  # noqa: E402
+from bayes_planet.agent.cli import add_checkpoint_argument  # noqa: E402
 from bayes_planet.agent.policy import candidate_scores  # noqa: E402
 from bayes_planet.agent.run import RunError  # noqa: E402
 from bayes_planet.agent.world_model import as_batch  # noqa: E402
@@ -423,9 +427,10 @@ def main(argv=None):
     parser.add_argument("--latent", default="sample", choices=("sample", "shared", "mean"))
     parser.add_argument("--column", type=int, default=None,
                         help="novelty: also d of the replayed steps by |this physics column|")
+    add_checkpoint_argument(parser)
     args = parser.parse_args(argv)
     try:
-        agent = Agent(args.logdir, read_only=True)
+        agent = Agent(args.logdir, read_only=True, checkpoint=args.checkpoint)
     except RunError as e:
         raise SystemExit(f"plateau: {e}") from None
     if agent.config.obs_type != "state":

@@ -54,6 +54,21 @@ def _check_episode_fits(config, env):
             f"Received: train.chunk_length={config.train.chunk_length}")
 
 
+def _kept(run):
+    numbers = [number for number, _ in run.checkpoints()]
+    return f"it keeps checkpoints {numbers}" if numbers else "it keeps no checkpoint"
+
+
+def _check_kept(run, checkpoint):
+    """A one-line `RunError` unless the run keeps checkpoint ``checkpoint`` (a positive int)."""
+    if isinstance(checkpoint, bool) or not isinstance(checkpoint, int) or checkpoint < 1:
+        raise RunError(f"Expected a positive integer. Received: checkpoint={checkpoint!r}")
+    if checkpoint not in [number for number, _ in run.checkpoints()]:
+        raise RunError(f"Expected a checkpoint the run {run.logdir} keeps ({_kept(run)}; "
+                       f"train.keep_checkpoint_every keeps more). Received: "
+                       f"checkpoint={checkpoint}")
+
+
 class Agent:
     """A (Bayesian) PlaNet agent over a run directory opened for writing or reading.
 
@@ -66,6 +81,10 @@ class Agent:
       planning: readers only: ``key=value`` overrides of how the agent plans
         (`bayes_planet.agent.config.PLANNING_KEYS`, e.g. ``planner.beta=1``); the model is the run's.
       say: where warnings go (default: stderr).
+      checkpoint: readers only: open the run at its checkpoint of this number (kept by
+        ``train.keep_checkpoint_every``, or one of the 2 newest) with the episodes collected
+        up to it in ``replay``; None: the newest. A one-line `RunError` names the
+        checkpoints there are if it is missing or unreadable.
     Attributes:
       config, run (the `Run`), logdir (the run's; a worker's own one under multi-worker),
       strategy, worker (0 for the chief), replay (`EpisodeReplay`), model (`WorldModel`),
@@ -79,7 +98,7 @@ class Agent:
     """
 
     def __init__(self, logdir, config=None, read_only=False, require_checkpoint=True, say=None,
-                 planning=()):
+                 planning=(), checkpoint=None):
         import tensorflow as tf
 
         from bayes_planet import distribute, envs
@@ -94,9 +113,10 @@ class Agent:
                     config = config_lib.with_planning(config, planning)
                 except config_lib.ConfigError as e:
                     raise RunError(f"--set: {e}") from None
-        elif planning:
-            raise RunError(f"Expected planning overrides for a reader only. Received: "
-                           f"planning={list(planning)}")
+        elif planning or checkpoint is not None:
+            given = f"planning={list(planning)}" if planning else f"checkpoint={checkpoint}"
+            raise RunError(f"Expected planning overrides and a checkpoint for a reader only. "
+                           f"Received: {given}")
         elif config is None:
             raise RunError(f"Expected a config to open {logdir} for writing. Received: None")
         self.config = c = check_config(config)
@@ -142,11 +162,17 @@ class Agent:
         # Everything above only checks and builds; the run directory is touched from here on.
         self.run = Run(logdir, c, read_only=read_only, say=say)
         self.logdir = self.run.logdir
-        self.replay = EpisodeReplay(self.run.episodes_dir(), read_only=read_only)
+        if checkpoint is not None:
+            _check_kept(self.run, checkpoint)
+        self.replay = EpisodeReplay(self.run.episodes_dir(), read_only=read_only,
+                                    until=checkpoint)
         if not read_only:
             self.run.discard_uncommitted(self.replay.num_episodes)
         self.restored = self.run.restore(self.checkpoint, self.state_variables(),
                                          at_most=self.replay.num_episodes)
+        if checkpoint is not None and self.restored != checkpoint:
+            raise RunError(f"checkpoint {checkpoint} of {self.logdir} is unreadable; "
+                           f"{_kept(self.run)}. Received: checkpoint={checkpoint}")
         if read_only and require_checkpoint and self.restored is None:
             raise RunError(f"no checkpoint in {self.logdir / 'checkpoints'}: train the run first")
         self.collector = Collector(c.seed, self.worker, env, eval_env, self.model, c.planner,

@@ -5,6 +5,7 @@
     bayes-planet eval --logdir runs/x [--episodes 5] [--policy collect] [--out DIR [--video]]
     bayes-planet probe --logdir runs/x [--episodes 5] [--out DIR] [--test-episodes DIR]
     bayes-planet export --logdir runs/x --out DIR
+    (eval, probe and export take --checkpoint N: the run after N episodes, if it kept it)
     bayes-planet demo [--epochs 20] [--samples 20] [--seed 0]
 
 Errors in arguments are reported as one-line messages, not tracebacks.
@@ -94,7 +95,7 @@ def _eval(args):
     from bayes_planet import envs
     from bayes_planet.agent.agent import Agent
 
-    agent = Agent(logdir, read_only=True, planning=args.set or ())
+    agent = Agent(logdir, read_only=True, planning=args.set or (), checkpoint=args.checkpoint)
     collector = agent.collector
     if args.policy == "collect":  # Its noise after the checkpoint's episodes, as in training.
         from bayes_planet.agent.policy import exploration_noise
@@ -155,7 +156,7 @@ def _export(args):
     from bayes_planet import seeds
     from bayes_planet.agent import Agent
 
-    agent = Agent(logdir, read_only=True)
+    agent = Agent(logdir, read_only=True, checkpoint=args.checkpoint)
     policy = agent.collector.eval_policy  # The greedy plan, as `eval --policy eval` acts.
     policy.reseed(*seeds.pair(agent.config.seed, "cli_export_policy", agent.worker))
     checkpoint = tf.Variable(agent.restored, dtype=tf.int64, trainable=False)
@@ -191,7 +192,8 @@ def _probe(args):
     probes.probe_run(args.logdir, episodes=args.episodes, out=args.out,
                      train_episodes=args.train_episodes, train_source=args.train_source,
                      test_episodes=args.test_episodes, context=args.context, horizons=horizons,
-                     latent=args.latent, weights=args.weights, seed=args.seed)
+                     latent=args.latent, weights=args.weights, seed=args.seed,
+                     checkpoint=args.checkpoint)
 
 
 def _positive_int(text):
@@ -202,6 +204,14 @@ def _positive_int(text):
     if value < 1:
         raise argparse.ArgumentTypeError(f"Expected a positive integer. Received: {text!r}")
     return value
+
+
+def add_checkpoint_argument(parser):
+    """``--checkpoint N``: a reader opens the run at its checkpoint N (`Agent`'s ``checkpoint``)."""
+    parser.add_argument("--checkpoint", type=_positive_int, default=None, metavar="N",
+                        help="the run's checkpoint after N episodes (the 2 newest are kept, "
+                             "and more with train.keep_checkpoint_every), with the episodes "
+                             "collected up to it; default: the newest")
 
 
 def build_parser():
@@ -237,6 +247,7 @@ def build_parser():
     evaluate.add_argument("--set", action="append", metavar="KEY=VALUE",
                           help="plan differently with the trained model: planner.* or "
                                "value.policy_proposals, e.g. --set planner.beta=1")
+    add_checkpoint_argument(evaluate)
     evaluate.set_defaults(func=_eval)
     probe = sub.add_parser("probe", help="latent probes: R² of true physics from the latent")
     probe.add_argument("--logdir", required=True)
@@ -257,6 +268,7 @@ def build_parser():
                        help="a Bayesian model's weights: a sample per episode, one shared "
                             "sample, or the posterior mean")
     probe.add_argument("--seed", type=int, default=0)
+    add_checkpoint_argument(probe)
     probe.set_defaults(func=_probe)
     export = sub.add_parser("export", help="save a trained agent's evaluation policy as a "
                                            "TF-Agents SavedModel policy (PolicySaver)")
@@ -265,6 +277,7 @@ def build_parser():
                         help="a new or empty folder outside the run for the SavedModel: "
                              "tf.saved_model.load(DIR).action(time_step, policy_state) at any "
                              "batch size")
+    add_checkpoint_argument(export)
     export.set_defaults(func=_export)
     demo = sub.add_parser("demo", help="drop-in Bayesian CNN on scikit-learn's digits")
     demo.add_argument("--epochs", type=_positive_int, default=20)

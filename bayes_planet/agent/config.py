@@ -73,8 +73,8 @@ PLANNING_KEYS = ("planner", "value.policy_proposals", "eval.optimism")
 
 #: The keys a trainer may reopen a run with other values of (`bayes_planet.agent.run.Run`): how long
 #: it trains, which nothing before its end depends on, so a run of 50 episodes extended to 100
-#: equals a run of 100 (the run tests check it).
-EXTENDABLE_KEYS = ("train.episodes",)
+#: equals a run of 100 (the run tests check it), and which of its checkpoints it keeps.
+EXTENDABLE_KEYS = ("train.episodes", "train.keep_checkpoint_every")
 
 #: The keys a branch of a trained run (``bayes-planet train --branch-from RUN``) keeps: its
 #: data (the task and what the agent observes) and its model's variables (``loss.value_scale``
@@ -199,6 +199,8 @@ def upgrade(data):
       ``trainable_rank1_normal`` / ``rank1_normal_kl_divergence`` (that default, not today's).
     * before ``model.cnn_precision`` existed, the pixel networks computed in float32: a model
       section without the key gets ``cnn_precision: float32``.
+    * before ``train.keep_checkpoint_every`` existed, a run kept its 2 newest checkpoints: a
+      train section without the key gets ``keep_checkpoint_every: 0``.
 
     Any other missing key is damage, refused by `read`.
     """
@@ -245,6 +247,8 @@ def upgrade(data):
         data["train"]["random_shift"] = 0
     if isinstance(data.get("train"), dict) and "pretrain_updates" not in data["train"]:
         data["train"]["pretrain_updates"] = 0
+    if isinstance(data.get("train"), dict) and "keep_checkpoint_every" not in data["train"]:
+        data["train"]["keep_checkpoint_every"] = 0
     planner = data.get("planner")
     if isinstance(planner, dict) and "warm_start" not in planner:
         planner["warm_start"] = False
@@ -281,7 +285,7 @@ _POSITIVE_INT = ("model.deter", "model.stoch", "model.hidden", "model.ensemble_s
                  "value.imagine_horizon", "value.start_every", "value.units", "value.layers",
                  "planner.exploration_decay_steps", "value.weight_samples")
 _NON_NEGATIVE_INT = ("train.updates_per_episode", "value.policy_proposals", "loss.overshooting",
-                     "train.random_shift", "train.pretrain_updates")
+                     "train.random_shift", "train.pretrain_updates", "train.keep_checkpoint_every")
 _POSITIVE_FLOAT = ("model.min_stddev", "model.weight_prior_stddev", "model.obs_stddev",
                    "train.learning_rate", "train.adam_epsilon", "train.grad_clip", "value.critic_learning_rate",
                    "value.actor_learning_rate", "value.grad_clip")

@@ -349,7 +349,8 @@ def reward_errors(model, features, rewards):
 # ---------------------------------------------------------------- the command
 def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="replay",
               test_episodes=None, context=5, horizons=(1, 5, 10, 20), stride=1, latent="mean",
-              weights="per_episode", mlp_hidden=(64,), alpha=1.0, seed=0, verbose=True):
+              weights="per_episode", mlp_hidden=(64,), alpha=1.0, seed=0, verbose=True,
+              checkpoint=None):
     """Probes a trained run; writes ``probe.json`` and ``probe_velocity.png``; returns the report.
 
     Args:
@@ -369,6 +370,8 @@ def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="r
       mlp_hidden, alpha: probe settings (see `fit_probes`).
       seed: the probe's own seed (not the run's): its episodes, latent noise, shared weight
         sample and MLP come from named streams of it (`bayes_planet.seeds`).
+      checkpoint: the run's checkpoint to probe, with the replay up to it (`Agent`'s
+        ``checkpoint``); None: the newest.
     """
     from bayes_planet.agent.agent import Agent
     from bayes_planet.agent.run import check_logdir
@@ -387,7 +390,7 @@ def probe_run(logdir, episodes=5, out=None, train_episodes=None, train_source="r
     if int(episodes) < 1:
         raise ValueError(f"Expected a positive integer. Received: episodes={episodes}")
     horizons = sorted({int(h) for h in horizons})
-    agent = Agent(logdir, read_only=True)  # Reads the run; writes only to `out`.
+    agent = Agent(logdir, read_only=True, checkpoint=checkpoint)  # Writes only to `out`.
     config, collector, model = agent.config, agent.collector, agent.model
     say = print if verbose else (lambda *a, **k: None)
     try:

@@ -192,15 +192,22 @@ class EpisodeReplay:
             read. ``None`` (default): keep everything.
         read_only: Open an existing directory for reading only: nothing is created or deleted
             (no temp-file cleanup) and :meth:`add` raises.
+        until: Readers only: read just the episodes numbered below this, the data a run had
+            collected when it wrote its checkpoint ``until`` (``None``: all of them).
 
     Raises:
-        ValueError: for a bad ``max_episodes``, or an episode file that cannot be read or does
+        ValueError: for a bad ``max_episodes`` or ``until``, or an episode file that cannot be read or does
             not match the others (the message names the file).
     """
 
-    def __init__(self, directory, max_episodes=None, read_only=False):
+    def __init__(self, directory, max_episodes=None, read_only=False, until=None):
         if max_episodes is not None:
             max_episodes = _check_positive_int("max_episodes", max_episodes)
+        if until is not None:
+            until = _check_positive_int("until", until)
+            if not read_only:
+                raise ValueError(f"Expected until=None for a writer (it appends after the last "
+                                 f"episode). Received: until={until}")
         self._directory = os.fspath(directory)
         self._read_only = bool(read_only)
         self._max_episodes = max_episodes
@@ -222,6 +229,11 @@ class EpisodeReplay:
             raise ValueError(f"{self._directory} lacks the files of episodes {shown} (of "
                              f"0..{files[-1][0]}): the episode store is damaged")
         self._next_index = files[-1][0] + 1 if files else 0
+        if until is not None:
+            if until > len(files):
+                raise ValueError(f"Expected until <= {len(files)}, the episodes in "
+                                 f"{self._directory}. Received: until={until}")
+            files = files[:until]
         if max_episodes is not None:
             files = files[-max_episodes:]
         for _, steps, path in files:

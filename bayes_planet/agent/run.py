@@ -20,8 +20,9 @@ config, types, ranges, the task and the model's fit to the environment, before i
 * an exclusive lock: a second writer on the same logdir gets `RunLockedError` and writes nothing;
 * the config is written atomically, or compared with the one on disk (a different one is refused;
   a ``config.yaml`` of an older layout is migrated when read, `bayes_planet.agent.config.read`), except
-  that `bayes_planet.agent.config.EXTENDABLE_KEYS` (``train.episodes``) may change: the run is
-  extended (or ends sooner, never before the episodes collected) and its config rewritten;
+  that `bayes_planet.agent.config.EXTENDABLE_KEYS` (``train.episodes``, ``train.keep_checkpoint_every``) may
+  change: the run is extended (or ends sooner, never before the episodes collected) and its
+  config rewritten;
 * left-over temporary files of killed writers are deleted;
 * work that was not committed is discarded (`discard_uncommitted`): an episode is committed when
   its file is in ``episodes/``; before that the run writes its checkpoint (if due) and its
@@ -503,7 +504,8 @@ class Run:
         return None
 
     def save_checkpoint(self, number, checkpoint, variables):
-        """Writes checkpoint ``number`` once (temp folder renamed into place); keeps the 2 newest.
+        """Writes checkpoint ``number`` once (temp folder renamed into place); keeps the 2 newest
+        and, with ``train.keep_checkpoint_every`` n > 0, those numbered a multiple of n.
 
         Raises `NonFiniteError` (writing nothing) if any of ``variables`` is NaN or inf.
         """
@@ -528,8 +530,10 @@ class Run:
         fault_point("checkpoint_write")
         os.rename(temp, final)
         fsync_path(folder)
-        for _, old in self.checkpoints()[:-_KEEP_CHECKPOINTS]:
-            shutil.rmtree(old, ignore_errors=True)
+        every = self.config.train.keep_checkpoint_every
+        for kept, old in self.checkpoints()[:-_KEEP_CHECKPOINTS]:
+            if not (every and kept % every == 0):
+                shutil.rmtree(old, ignore_errors=True)
 
     # -- metrics ------------------------------------------------------------------------------
     def append_metrics(self, record):

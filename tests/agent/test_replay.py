@@ -411,6 +411,27 @@ def test_sample_from_the_oldest_episodes_only(tmp_path):
         replay.sample(2, 4, np.random.default_rng(0), num_episodes=4)
 
 
+def test_a_reader_until_n_reads_the_first_n_episodes(tmp_path):
+    """``until``: the data a run had when it wrote checkpoint ``until`` (a reader at it)."""
+    replay = EpisodeReplay(tmp_path)
+    for episode_id in range(4):
+        replay.add(make_episode(episode_id, 6 + episode_id))
+    reader = EpisodeReplay(tmp_path, read_only=True, until=2)
+    assert [ep["state"][0, 0] for ep in reader.episodes()] == [0, 1]
+    assert reader.num_steps == 5 + 6
+    both = EpisodeReplay(tmp_path, read_only=True, until=3, max_episodes=1)
+    assert [ep["state"][0, 0] for ep in both.episodes()] == [2]
+    assert EpisodeReplay(tmp_path, read_only=True, until=4).num_episodes == 4
+    with pytest.raises(ValueError, match=r"^Expected until <= 4, the episodes in .*"
+                                         r"Received: until=5$"):
+        EpisodeReplay(tmp_path, read_only=True, until=5)
+    with pytest.raises(ValueError, match=r"for a writer .* Received: until=2$"):
+        EpisodeReplay(tmp_path, until=2)
+    for bad in [0, -1, 2.5, True]:
+        with pytest.raises(ValueError, match=f"until={bad!r}"):
+            EpisodeReplay(tmp_path, read_only=True, until=bad)
+
+
 def test_read_only_replay_writes_and_deletes_nothing(tmp_path):
     replay = EpisodeReplay(tmp_path)
     replay.add(make_episode(0, 5))
