@@ -177,7 +177,8 @@ class Agent:
             raise RunError(f"no checkpoint in {self.logdir / 'checkpoints'}: train the run first")
         self.collector = Collector(c.seed, self.worker, env, eval_env, self.model, c.planner,
                                    self.value, c.value.policy_proposals,
-                                   eval_optimism=c.eval.optimism)
+                                   eval_optimism=c.eval.optimism,
+                                   seed_actions=c.train.seed_actions)
 
     def state_variables(self):
         """Every variable a checkpoint holds (model, value model, optimizers, counters), once."""

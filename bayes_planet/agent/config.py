@@ -21,6 +21,7 @@ __all__ = [
     "EXTENDABLE_KEYS",
     "NO_WEIGHT_NOISE",
     "PLANNER_LATENT",
+    "SEED_ACTIONS",
     "PLANNING_KEYS",
     "Config",
     "ConfigError",
@@ -77,11 +78,12 @@ PLANNING_KEYS = ("planner", "value.policy_proposals", "eval.optimism")
 EXTENDABLE_KEYS = ("train.episodes", "train.keep_checkpoint_every")
 
 #: The keys a branch of a trained run (``bayes-planet train --branch-from RUN``) keeps: its
-#: data (the task and what the agent observes) and its model's variables (``loss.value_scale``
+#: data (the task, what the agent observes, how its seed episodes acted) and its model's variables (``loss.value_scale``
 #: decides whether it has a latent value head); and the learning
 #: rates, which the optimizers' checkpointed state would silently restore. Everything else
 #: (how it plans, explores, trains its value, how long) may change from the parent's.
 BRANCH_FIXED_KEYS = ("task", "obs_type", "env", "model", "loss.value_scale", "strategy",
+                     "train.seed_actions",
                      "train.learning_rate",
                      "value.enabled", "value.units", "value.layers",
                      "value.critic_learning_rate", "value.actor_learning_rate")
@@ -201,6 +203,8 @@ def upgrade(data):
       section without the key gets ``cnn_precision: float32``.
     * before ``train.keep_checkpoint_every`` existed, a run kept its 2 newest checkpoints: a
       train section without the key gets ``keep_checkpoint_every: 0``.
+    * before ``train.seed_actions`` existed, seed episodes drew their actions uniformly: a
+      train section without the key gets ``seed_actions: uniform``.
 
     Any other missing key is damage, refused by `read`.
     """
@@ -249,6 +253,8 @@ def upgrade(data):
         data["train"]["pretrain_updates"] = 0
     if isinstance(data.get("train"), dict) and "keep_checkpoint_every" not in data["train"]:
         data["train"]["keep_checkpoint_every"] = 0
+    if isinstance(data.get("train"), dict) and "seed_actions" not in data["train"]:
+        data["train"]["seed_actions"] = "uniform"
     planner = data.get("planner")
     if isinstance(planner, dict) and "warm_start" not in planner:
         planner["warm_start"] = False
@@ -306,6 +312,9 @@ NO_WEIGHT_NOISE = (layer_registry.DETERMINISTIC, "batch_ensemble")
 #: ``planner.latent``: how the planner's candidate rollouts draw their latent samples
 #: (`bayes_planet.agent.policy`).
 PLANNER_LATENT = ("sample", "shared", "mean")
+#: ``train.seed_actions``: the seed episodes' random actions, uniform in the action box or at
+#: its corners (`bayes_planet.agent.collection`).
+SEED_ACTIONS = ("uniform", "corners")
 _CHOICES = {
     "obs_type": ("state", "pixels"),
     "model.estimator": layer_registry.estimators("dense", sampling_only=True, ensembles=True),
@@ -313,6 +322,7 @@ _CHOICES = {
     "strategy": ("none", "mirrored", "multi_worker", "tpu"),
     "value.ensemble_starts": ("all", "split"),
     "planner.latent": PLANNER_LATENT,
+    "train.seed_actions": SEED_ACTIONS,
     "value.latent": ("sample", "mean"),
     "value.replay_loss": ("squared", "self_imitation"),
     "planner.exploration": ("noise", "spread"),
