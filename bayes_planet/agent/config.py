@@ -64,6 +64,32 @@ def read(path):
 
 # -- older layouts of the agent's config ---------------------------------------------------------
 _OLD_CEM_KEYS = ("candidates", "top_k", "iterations")
+#: Keys added to the config since runs were first recorded, with the value that reproduces what
+#: a run without the key did (a section without the key gets it; `upgrade`).
+_ADDED_KEYS = {
+    "model.normalize_obs": False,
+    "model.obs_stddev": 1.0,
+    "model.cnn_precision": "float32",
+    "value.replay_weight": 0.0,
+    "value.replay_loss": "squared",
+    "value.ensemble_starts": "all",
+    "value.latent": "sample",
+    "value.novelty": 0.0,
+    "value.weight_samples": 1,
+    "value.pessimism": 0.0,
+    "loss.kl_balance": None,
+    "loss.overshooting": 0,
+    "loss.obs_grad_scale": 1.0,
+    "loss.value_scale": 0.0,
+    "train.random_shift": 0,
+    "train.pretrain_updates": 0,
+    "train.keep_checkpoint_every": 0,
+    "train.seed_actions": "uniform",
+    "planner.warm_start": False,
+    "planner.novelty": 0.0,
+    "planner.latent": "sample",
+    "planner.exploration": "noise",
+}
 #: The rank-1 layers' factor posterior and prior before ``model.factor_posterior`` existed.
 _OLD_RANK1_FACTORS = ("trainable_rank1_normal", "rank1_normal_kl_divergence")
 
@@ -212,58 +238,17 @@ def upgrade(data):
     model = data.get("model")
     if isinstance(model, dict) and "weight_prior_stddev" in model and "weight_prior" not in model:
         model["weight_prior"] = "normal"
-    if isinstance(model, dict) and "normalize_obs" not in model:
-        model["normalize_obs"] = False
-    if isinstance(model, dict) and "obs_stddev" not in model:
-        model["obs_stddev"] = 1.0
-    if isinstance(model, dict) and "cnn_precision" not in model:
-        model["cnn_precision"] = "float32"
     if isinstance(model, dict) and "ensemble_size" not in model:
         model["ensemble_size"] = yaml_config.load_dict(_PATH)["model"]["ensemble_size"]
     if isinstance(model, dict) and "value" not in data:  # An agent config of any layout.
         data["value"] = {**yaml_config.load_dict(_PATH)["value"], "enabled": False}
     if isinstance(model, dict) and not {"factor_posterior", "factor_prior"} & model.keys():
         model["factor_posterior"], model["factor_prior"] = _OLD_RANK1_FACTORS
-    if isinstance(data.get("value"), dict) and "replay_weight" not in data["value"]:
-        data["value"]["replay_weight"] = 0.0
-    if isinstance(data.get("value"), dict) and "replay_loss" not in data["value"]:
-        data["value"]["replay_loss"] = "squared"
-    if isinstance(data.get("value"), dict) and "ensemble_starts" not in data["value"]:
-        data["value"]["ensemble_starts"] = "all"
-    if isinstance(data.get("value"), dict) and "latent" not in data["value"]:
-        data["value"]["latent"] = "sample"
-    if isinstance(data.get("value"), dict) and "novelty" not in data["value"]:
-        data["value"]["novelty"] = 0.0
-    if isinstance(data.get("value"), dict) and "weight_samples" not in data["value"]:
-        data["value"]["weight_samples"] = 1
-    if isinstance(data.get("value"), dict) and "pessimism" not in data["value"]:
-        data["value"]["pessimism"] = 0.0
-    loss = data.get("loss")
-    if isinstance(loss, dict) and "kl_balance" not in loss:
-        loss["kl_balance"] = None
-    if isinstance(loss, dict) and "overshooting" not in loss:
-        loss["overshooting"] = 0
-    if isinstance(loss, dict) and "obs_grad_scale" not in loss:
-        loss["obs_grad_scale"] = 1.0
-    if isinstance(loss, dict) and "value_scale" not in loss:
-        loss["value_scale"] = 0.0
-    if isinstance(data.get("train"), dict) and "random_shift" not in data["train"]:
-        data["train"]["random_shift"] = 0
-    if isinstance(data.get("train"), dict) and "pretrain_updates" not in data["train"]:
-        data["train"]["pretrain_updates"] = 0
-    if isinstance(data.get("train"), dict) and "keep_checkpoint_every" not in data["train"]:
-        data["train"]["keep_checkpoint_every"] = 0
-    if isinstance(data.get("train"), dict) and "seed_actions" not in data["train"]:
-        data["train"]["seed_actions"] = "uniform"
+    for dotted, value in _ADDED_KEYS.items():
+        section, key = dotted.split(".")
+        if isinstance(data.get(section), dict) and key not in data[section]:
+            data[section][key] = value
     planner = data.get("planner")
-    if isinstance(planner, dict) and "warm_start" not in planner:
-        planner["warm_start"] = False
-    if isinstance(planner, dict) and "novelty" not in planner:
-        planner["novelty"] = 0.0
-    if isinstance(planner, dict) and "latent" not in planner:
-        planner["latent"] = "sample"
-    if isinstance(planner, dict) and "exploration" not in planner:
-        planner["exploration"] = "noise"
     if isinstance(planner, dict) and "exploration_final" not in planner:
         planner["exploration_final"] = None
         planner["exploration_decay_steps"] = (
