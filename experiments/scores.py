@@ -79,7 +79,9 @@ def suite_of(config):
 
 
 def archived_runs(archive=ARCHIVE):
-    """``[(source, config, [(env_step, return)])]`` of every run in the archive."""
+    """``[(source, config, [(env_step, return)])]`` of every run in the archive. A branch (a
+    run directory with the ``branch.json`` of ``train --branch-from``) is left out: its config
+    is recorded as it is after the branch point, its curve before it is its parent's."""
     runs = []
     for path in sorted(archive.rglob("*.json")):
         try:
@@ -95,7 +97,7 @@ def archived_runs(archive=ARCHIVE):
                     source = f"{path.relative_to(archive)}:{name}:{seed}"
                     runs.append((source, run["config"], [tuple(p) for p in curve]))
     for path in sorted(archive.rglob("metrics.jsonl")):
-        if (path.parent / "config.yaml").exists():
+        if (path.parent / "config.yaml").exists() and not (path.parent / "branch.json").exists():
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
             curve = [(r["env_steps"], r["eval_return"]) for r in rows if "eval_return" in r]
             config = config_lib.read(path.parent / "config.yaml").to_dict()

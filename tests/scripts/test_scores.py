@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from bayes_planet import yaml_config
 from bayes_planet.agent import config as config_lib
 from tests.scripts._experiments import load
 
@@ -67,6 +68,22 @@ def test_each_run_is_filed_once_from_the_copy_that_reached_furthest(scores, meth
                             ("p", _config("obs_type=pixels", task="walker-walk"), full)],
                            _methods(scores, tmp_path, px=["obs_type=pixels"]), log)
     assert files == {("dmc_pixels", "walker-walk"): {("px", 0): full}}
+
+
+def test_a_branch_is_no_run_of_the_method_its_recorded_config_is(scores, tmp_path):
+    """A run directory with a ``branch.json`` records the config after its branch point and
+    its parent's curve before it: it is left out, the run beside it without one is read."""
+    config = config_lib.load([], ["task=finger-spin"])
+    for name in ("run", "branch"):
+        run = tmp_path / name / "seed0"
+        run.mkdir(parents=True)
+        (run / "config.yaml").write_text(yaml_config.dump(config))
+        (run / "metrics.jsonl").write_text(
+            json.dumps({"episode": 10, "env_steps": 10000, "eval_return": 7.0}) + "\n")
+    (tmp_path / "branch" / "seed0" / "branch.json").write_text(json.dumps(
+        {"parent": "runs/x", "episode": 5, "changes": [["value.replay_weight", 0.0, 1.0]]}))
+    runs = scores.archived_runs(tmp_path)
+    assert [(source, curve) for source, _, curve in runs] == [("run/seed0", [(10000, 7.0)])]
 
 
 def _methods(scores, tmp_path, **overrides):
