@@ -138,7 +138,7 @@ class ValueModel(tf.Module):
         self.critic_optimizer.build(self.critic.trainable_variables)
         self.actor_optimizer.build(self.actor.trainable_variables)
         # Its control flow is explicit (tf.cond, tf.scan): no autograph, whose source
-        # conversion was a fifth of a debug run's CPU time (the same graph either way).
+        # conversion was a fifth of a debug run's CPU time (the same numbers either way).
         self.train_step = tf.function(self._train_step, autograph=False)
 
     @property

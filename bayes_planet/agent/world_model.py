@@ -122,7 +122,7 @@ class WorldModel(tf.Module):
         with self.strategy.scope():
             self._build()
         # Its control flow is explicit (tf.cond, tf.scan): no autograph, whose source
-        # conversion was a fifth of a debug run's CPU time (the same graph either way).
+        # conversion was a fifth of a debug run's CPU time (the same numbers either way).
         self.train_step = tf.function(self._train_step, autograph=False)
 
     def _build(self):
